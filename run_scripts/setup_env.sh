@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Create/refresh the project's virtualenv (.venv): torch, requirements.txt, Horovod.
+# Idempotent: a second run only checks what is installed and takes seconds.
+#
+#   TORCH_SPEC   pip requirement for torch (default: torch==2.13.0, the CPU wheel on this
+#                disk). On a CUDA machine use e.g. TORCH_SPEC="torch==2.13.0" with
+#                PIP_INDEX_URL pointing at the CUDA wheel index of your choice.
+#   VENV_DIR     virtualenv location (default: <repo>/.venv)
+#   SKIP_HOROVOD=1  skip Horovod (the torch.distributed backend of src/compat/hvd.py still works)
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV_DIR="${VENV_DIR:-$REPO/.venv}"
+TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+PY="${PYTHON:-python3}"
+
+log() { echo "[setup_env] $*"; }
+
+if [ ! -x "$VENV_DIR/bin/python" ]; then
+  log "creating virtualenv $VENV_DIR"
+  "$PY" -m venv "$VENV_DIR"
+fi
+VPY="$VENV_DIR/bin/python"
+PIP=("$VPY" -m pip --disable-pip-version-check)
+
+# Stamp = hash of everything that defines the env; unchanged stamp + importable packages => no-op.
+stamp_file="$VENV_DIR/.clipbert_env_stamp"
+want_stamp="$(cat "$REPO/requirements.txt" "$REPO/run_scripts/setup_env.sh" "$REPO/run_scripts/install_horovod.sh" | sha256sum | cut -c1-16)-$TORCH_SPEC-${SKIP_HOROVOD:-0}"
+if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ] \
+   && "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX" 2>/dev/null; then
+  if [ "${SKIP_HOROVOD:-0}" = "1" ] || "$VPY" -c "import horovod.torch" 2>/dev/null; then
+    log "environment up to date ($VENV_DIR)"
+    exit 0
+  fi
+fi
+
+if ! "$VPY" -c "import torch" 2>/dev/null; then
+  log "installing $TORCH_SPEC"
+  "${PIP[@]}" install -q "$TORCH_SPEC"
+fi
+log "installing requirements.txt"
+# Constrain torch to what is installed so no dependency can pull another (multi-GB) build.
+tv="$("$VPY" -c 'import torch; print(torch.__version__)')"
+cons="$(mktemp)"; echo "torch==$tv" > "$cons"
+"${PIP[@]}" install -q -r "$REPO/requirements.txt" -c "$cons" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+"$VPY" -c "import torch, lmdb, av, transformers, tensorboardX, ujson, tqdm" \
+  || { echo "[setup_env] ERROR: requirements did not install; see pip output above" >&2; exit 1; }
+rm -f "$cons"
+
+if [ "${SKIP_HOROVOD:-0}" != "1" ]; then
+  VENV_DIR="$VENV_DIR" "$REPO/run_scripts/install_horovod.sh"
+fi
+echo "$want_stamp" > "$stamp_file"
+log "done: $("$VPY" -c 'import torch; print("torch", torch.__version__)')"
