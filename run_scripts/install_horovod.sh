@@ -21,7 +21,8 @@ import horovod.torch as hvd
 if not hvd.gloo_built():
     sys.exit("[install_horovod] ERROR: Horovod imported but gloo_built() is False; "
              "rebuild with HOROVOD_WITH_GLOO=1 (delete the cached wheel first)")
-print("[install_horovod] horovod", hvd.__version__ if hasattr(hvd, "__version__") else "",
+import horovod
+print("[install_horovod] horovod", horovod.__version__,
       "gloo_built=True nccl_built=%s" % bool(hvd.nccl_built()))
 PY
   [ -x "$VENV_DIR/bin/horovodrun" ] || { echo "[install_horovod] ERROR: horovodrun missing from $VENV_DIR/bin" >&2; exit 1; }

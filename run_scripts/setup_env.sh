@@ -35,7 +35,8 @@ fi
 
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   log "installing $TORCH_SPEC"
-  "${PIP[@]}" install -q "$TORCH_SPEC"
+  "${PIP[@]}" install -q "$TORCH_SPEC" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  "$VPY" -c "import torch" || { echo "[setup_env] ERROR: could not install $TORCH_SPEC" >&2; exit 1; }
 fi
 log "installing requirements.txt"
 # Constrain torch to what is installed so no dependency can pull another (multi-GB) build.

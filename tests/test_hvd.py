@@ -1,0 +1,108 @@
+"""src.compat.hvd: real multi-process runs under horovodrun (Gloo) and torchrun."""
+import json
+import time
+
+import pytest
+import torch
+
+from tests import mp_utils
+from tests.conftest import requires_horovod
+
+WORKER = "tests/workers/hvd_train.py"
+
+
+def _single(tmp_path, bpps, steps=5):
+    out = tmp_path / "single"
+    out.mkdir()
+    mp_utils.check(mp_utils.run_python([WORKER, "--out", out, "--bpps", bpps, "--steps", steps],
+                                       env={"DIST_BACKEND": "torch"}))
+    return torch.load(out / "w0.pt")
+
+
+def _assert_ranks_match_single(out, ref):
+    w0, w1 = torch.load(out / "w0.pt"), torch.load(out / "w1.pt")
+    for k in w0:
+        assert torch.equal(w0[k], w1[k]), f"{k} differs between ranks"
+        torch.testing.assert_close(w0[k], ref[k], atol=1e-6, rtol=0, msg=f"{k} != single process")
+    # training actually moved the weights away from their (rank-0) init
+    assert not torch.allclose(w0["0.weight"], torch.zeros_like(w0["0.weight"]))
+
+
+@requires_horovod
+@pytest.mark.parametrize("bpps", [1, 2])
+def test_horovodrun_matches_single_process(tmp_path, bpps):
+    ref = _single(tmp_path, bpps)
+    out = tmp_path / "hvd"
+    out.mkdir()
+    p = mp_utils.check(mp_utils.run_horovod([WORKER, "--out", out, "--bpps", bpps], timeout=120))
+    assert '"backend": "horovod"' in p.stdout and '"size": 2' in p.stdout
+    _assert_ranks_match_single(out, ref)
+
+
+@pytest.mark.parametrize("bpps", [1, 2])
+def test_torchrun_matches_single_process(tmp_path, bpps):
+    ref = _single(tmp_path, bpps)
+    out = tmp_path / "tr"
+    out.mkdir()
+    p = mp_utils.check(mp_utils.run_torchrun([WORKER, "--out", out, "--bpps", bpps], timeout=120))
+    assert '"backend": "torch"' in p.stdout and '"size": 2' in p.stdout
+    _assert_ranks_match_single(out, ref)
+
+
+def test_single_process_without_launcher():
+    import src.compat.hvd as hvd
+    hvd.init()
+    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)
+    t = torch.arange(4.0)
+    assert torch.equal(hvd.allreduce(t), t) and torch.equal(hvd.allgather(t), t)
+    assert hvd.allgather_object({"a": 1}) == [{"a": 1}]
+    assert hvd.broadcast_object("x", 0) == "x"
+    m = torch.nn.Linear(2, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters())
+    assert isinstance(opt, torch.optim.SGD)
+    m(torch.ones(1, 2)).sum().backward()
+    before = m.weight.detach().clone()
+    opt.step()
+    assert not torch.equal(before, m.weight)
+
+
+def test_bad_arguments_are_clear():
+    import src.compat.hvd as hvd
+    hvd.init()
+    m = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="backward_passes_per_step"):
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), backward_passes_per_step=0)
+    with pytest.raises(ValueError, match="dist_backend"):
+        hvd.set_backend("mpi")
+
+
+@pytest.mark.parametrize("launcher", ["horovod", "torch"])
+def test_step_misuse_raises_instead_of_hanging(tmp_path, launcher):
+    if launcher == "horovod" and not mp_utils.horovodrun_available():
+        pytest.skip("Horovod not installed")
+    run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
+    p = run([WORKER, "--out", tmp_path, "--mode", "misuse", "--bpps", 1], timeout=90)
+    assert p.returncode != 0
+    assert "more than backward_passes_per_step" in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("launcher", ["horovod", "torch"])
+def test_failing_rank_ends_job_quickly(tmp_path, launcher):
+    if launcher == "horovod" and not mp_utils.horovodrun_available():
+        pytest.skip("Horovod not installed")
+    run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
+    t = time.time()
+    p = run([WORKER, "--out", tmp_path, "--mode", "raise"], timeout=90)
+    assert p.returncode != 0
+    assert time.time() - t < 60
+    assert "rank 1 fails on purpose" in p.stdout + p.stderr
+
+
+@requires_horovod
+def test_all_gather_list_small_and_10mb(tmp_path):
+    mp_utils.check(mp_utils.run_horovod([WORKER, "--out", tmp_path, "--mode", "gather"], timeout=120))
+    for r in range(2):
+        res = json.load(open(tmp_path / f"gather{r}.json"))
+        assert res["small"] == ["x", "y"]
+        assert res["big"] == [[10 * 2 ** 20, 0, 0], [10 * 2 ** 20, 1, 1]]

@@ -1,0 +1,77 @@
+"""Worker for tests/test_hvd.py: train a tiny model with rank-specific data, dump the weights.
+
+Rank r of R gets rows [r*b:(r+1)*b] of each global batch of R*b rows, so the averaged gradient
+equals the single-process gradient on the whole global batch (run with size 1 and --world R).
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import torch  # noqa: E402
+
+import src.compat.hvd as hvd  # noqa: E402
+from src.utils.distributed import all_gather_list  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--bpps", type=int, default=1)
+    ap.add_argument("--world", type=int, default=2, help="number of data shards per global batch")
+    ap.add_argument("--b", type=int, default=4)
+    ap.add_argument("--mode", default="train", choices=["train", "raise", "misuse", "gather"])
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+
+    if a.mode == "raise":
+        if r == 1:
+            raise RuntimeError("rank 1 fails on purpose")
+        hvd.allreduce(torch.ones(3))  # rank 0 would wait here forever without the launcher's help
+        return
+    if a.mode == "gather":
+        small = all_gather_list(b"x" if r == 0 else b"y")
+        big = all_gather_list(bytes([r]) * (10 * 2 ** 20))
+        json.dump({"small": [s.decode() for s in small],
+                   "big": [[len(x), x[0], x[-1]] for x in big]},
+                  open(os.path.join(a.out, f"gather{r}.json"), "w"))
+        return
+
+    torch.manual_seed(100 + r)  # different init per rank: broadcast_parameters must fix it
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1),
+                                torch.nn.Linear(1, 1))  # last layer unused below
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=a.bpps)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+
+    if a.mode == "misuse":
+        x = torch.randn(2, 6)
+        for _ in range(a.bpps + 1):  # one backward too many before step()
+            model[:3](x).sum().backward()
+        return
+
+    g = torch.Generator().manual_seed(7)
+    shard = a.world // n
+    for _ in range(a.steps):
+        for _ in range(a.bpps):
+            x = torch.randn(a.world * a.b, 6, generator=g)
+            y = torch.randn(a.world * a.b, 1, generator=g)
+            rows = slice(r * shard * a.b, (r + 1) * shard * a.b)
+            loss = ((model[:3](x[rows]) - y[rows]) ** 2).mean() / a.bpps
+            loss.backward()
+        opt.synchronize()
+        with opt.skip_synchronize():
+            opt.step()
+        opt.zero_grad()
+    torch.save({k: v for k, v in model.state_dict().items()}, os.path.join(a.out, f"w{r}.pt"))
+    print(json.dumps({"rank": r, "size": n, "backend": hvd.backend_name()}))
+
+
+if __name__ == "__main__":
+    main()
