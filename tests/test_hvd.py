@@ -99,9 +99,12 @@ def test_failing_rank_ends_job_quickly(tmp_path, launcher):
     assert "rank 1 fails on purpose" in p.stdout + p.stderr
 
 
-@requires_horovod
-def test_all_gather_list_small_and_10mb(tmp_path):
-    mp_utils.check(mp_utils.run_horovod([WORKER, "--out", tmp_path, "--mode", "gather"], timeout=120))
+@pytest.mark.parametrize("launcher", ["horovod", "torch"])
+def test_all_gather_list_small_and_10mb(tmp_path, launcher):
+    if launcher == "horovod" and not mp_utils.horovodrun_available():
+        pytest.skip("Horovod not installed")
+    run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
+    mp_utils.check(run([WORKER, "--out", tmp_path, "--mode", "gather"], timeout=120))
     for r in range(2):
         res = json.load(open(tmp_path / f"gather{r}.json"))
         assert res["small"] == ["x", "y"]
