@@ -246,32 +246,37 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._next_bucket += 1
 
     def _launch(self, i):
-        grads = []
+        # Buckets are formed at wrap time (before amp may cast some params to fp16): reduce each
+        # dtype of the bucket separately, in a fixed order, so fp16 grads travel as fp16.
+        by_dtype = {}
         for p in self._buckets[i]:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            grads.append(p.grad.detach().reshape(-1))
-        flat = torch.cat(grads)
-        if self._predivide != 1.0:
-            flat.div_(self._predivide)
-        comp, ctx = self._compression.compress(flat)
-        comp = _comm(comp)
-        work = dist.all_reduce(comp, op=dist.ReduceOp.SUM, async_op=True)
-        self._pending[i] = (work, comp, ctx)
+            by_dtype.setdefault(p.grad.dtype, []).append(p)
+        works = []
+        for dtype in sorted(by_dtype, key=str):
+            params = by_dtype[dtype]
+            flat = torch.cat([p.grad.detach().reshape(-1) for p in params])
+            if self._predivide != 1.0:
+                flat.div_(self._predivide)
+            comp, ctx = self._compression.compress(flat)
+            comp = _comm(comp)
+            works.append((dist.all_reduce(comp, op=dist.ReduceOp.SUM, async_op=True), comp, ctx, params))
+        self._pending[i] = works
 
     def _finish(self, i):
-        work, comp, ctx = self._pending.pop(i)
-        work.wait()
-        flat = self._compression.decompress(comp, ctx)
-        if self._op == "average":
-            flat = flat * (self._predivide / size())
-        elif self._predivide != 1.0:
-            flat = flat * self._predivide
-        offset = 0
-        for p in self._buckets[i]:
-            n = p.numel()
-            p.grad.detach().copy_(flat[offset:offset + n].view_as(p.grad).to(p.grad.device, p.grad.dtype))
-            offset += n
+        for work, comp, ctx, params in self._pending.pop(i):
+            work.wait()
+            flat = self._compression.decompress(comp, ctx)
+            if self._op == "average":
+                flat = flat * (self._predivide / size())
+            elif self._predivide != 1.0:
+                flat = flat * self._predivide
+            offset = 0
+            for p in params:
+                n = p.numel()
+                p.grad.detach().copy_(flat[offset:offset + n].view_as(p.grad).to(p.grad.device, p.grad.dtype))
+                offset += n
 
     def synchronize(self):
         """Finish every gradient allreduce (launching those not yet started), then reset counts."""
