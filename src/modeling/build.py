@@ -1,0 +1,125 @@
+"""build_model(cfg): the one place that turns ClipBERT config keys into a ready ClipBert.
+
+Reads the model JSON (``cfg.model_config``, a BertConfig plus ClipBERT's grid keys), builds the CNN
+(``cnn_type``), the transformer and the task head, initialises weights (BERT init N(0, 0.02)), then
+loads ``e2e_weights_path`` (whole model) or else ``cnn_weights_path`` / ``bert_weights_path``, and
+applies ``freeze_cnn``. Every load logs a key table (src.utils.load_save); the summaries are kept in
+``model.load_summaries``.
+"""
+import json
+import logging
+import os
+
+from transformers import BertConfig
+
+from src.modeling.backbone import GridFeatBackbone, build_resnet
+from src.modeling.clipbert import ClipBert, ClipBertTransformer
+from src.modeling.heads import make_head
+from src.modeling.pretrained_paths import resolve_path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["build_model", "load_model_config", "MODEL_CONFIG_DEFAULTS"]
+
+# ClipBERT keys of the model JSON beyond BertConfig, with their ClipBERT defaults
+MODEL_CONFIG_DEFAULTS = {
+    "backbone_channel_in_size": None,  # checked against the CNN's output channels when given
+    "max_grid_row_position_embeddings": 100,
+    "max_grid_col_position_embeddings": 100,
+    "max_temporal_position_embeddings": 100,  # unused, as in ClipBERT
+    "attn_implementation": "eager",  # "sdpa" is faster; "eager" is ClipBERT's maths
+}
+
+
+def _get(cfg, key, default=None):
+    if isinstance(cfg, dict):
+        value = cfg.get(key, default)
+    else:
+        value = getattr(cfg, key, default)
+    return default if value is None else value
+
+
+def load_model_config(path):
+    """Model JSON -> (BertConfig, raw dict); ``pkg:`` paths allowed."""
+    path = resolve_path(path)
+    if not path or not os.path.isfile(path):
+        raise FileNotFoundError(f"model_config {path!r} does not exist; point model_config at a JSON "
+                                "such as configs/model/base_model.json")
+    with open(path) as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"model_config {path!r} is not valid JSON: {e}") from e
+    values = {**MODEL_CONFIG_DEFAULTS, **raw}
+    for key in ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                "vocab_size"):
+        if key not in values:
+            raise KeyError(f"model_config {path!r} lacks {key!r} (a BertConfig field)")
+    if values["hidden_size"] % values["num_attention_heads"]:
+        raise ValueError(f"model_config {path!r}: hidden_size={values['hidden_size']} is not a multiple "
+                         f"of num_attention_heads={values['num_attention_heads']}")
+    attn = values.pop("attn_implementation")
+    if attn not in ("eager", "sdpa"):
+        raise ValueError(f"model_config {path!r}: attn_implementation={attn!r}; use 'eager' or 'sdpa'")
+    config = BertConfig(**values, attn_implementation=attn)
+    return config, raw
+
+
+def _check_vocab(tokenizer_dir, config):
+    if not tokenizer_dir:
+        return
+    vocab = os.path.join(resolve_path(tokenizer_dir), "vocab.txt")
+    if os.path.isfile(vocab):
+        with open(vocab, encoding="utf-8") as f:
+            n = sum(1 for _ in f)
+        if n > config.vocab_size:
+            raise ValueError(f"tokenizer_dir {tokenizer_dir!r} has {n} tokens but the model config "
+                             f"vocab_size is {config.vocab_size}; use a matching model_config")
+
+
+def build_model(cfg):
+    """ClipBert from cfg keys: model_config, tokenizer_dir, bert_weights_path, e2e_weights_path,
+    cnn_weights_path (alias detectron2_weights_path), cnn_type, freeze_cnn, grad_ckpt,
+    img_input_format, task_type, num_labels, loss_type, margin, classifier, cls_hidden_scale
+    (+ optional cnn_norm 'FrozenBN'|'BN', cnn_freeze_at). The model JSON may give defaults for
+    cnn_type / cnn_norm / cnn_freeze_at / bert_weights_path."""
+    config, raw = load_model_config(_get(cfg, "model_config"))
+    _check_vocab(_get(cfg, "tokenizer_dir"), config)
+    grad_ckpt = bool(int(_get(cfg, "grad_ckpt", 0)))
+
+    backbone = build_resnet(_get(cfg, "cnn_type", raw.get("cnn_type", "resnet50")),
+                            norm=_get(cfg, "cnn_norm", raw.get("cnn_norm", "FrozenBN")),
+                            freeze_at=_get(cfg, "cnn_freeze_at", raw.get("cnn_freeze_at")),
+                            grad_ckpt=grad_ckpt)
+    want = raw.get("backbone_channel_in_size")
+    if want is not None and want != backbone.out_channels:
+        raise ValueError(f"model_config backbone_channel_in_size={want} but cnn_type="
+                         f"{_get(cfg, 'cnn_type', raw.get('cnn_type', 'resnet50'))!r} outputs "
+                         f"{backbone.out_channels} channels; fix one of them")
+    cnn = GridFeatBackbone(backbone, config.hidden_size,
+                           input_format=_get(cfg, "img_input_format", "BGR"))
+
+    task_type = _get(cfg, "task_type", "retrieval")
+    head = make_head(task_type, num_labels=_get(cfg, "num_labels"),
+                     loss_type=_get(cfg, "loss_type", "ce"), margin=float(_get(cfg, "margin", 0.2)),
+                     classifier=_get(cfg, "classifier", "mlp"),
+                     cls_hidden_scale=_get(cfg, "cls_hidden_scale", 2))
+    config.pixel_random_sampling_size = int(_get(cfg, "pixel_random_sampling_size", 0))
+    transformer = ClipBertTransformer(config, head, grad_ckpt=grad_ckpt)
+    model = ClipBert(cnn, transformer, head)
+
+    e2e = _get(cfg, "e2e_weights_path")
+    if e2e:
+        model.load_e2e_weights(e2e)
+    else:
+        model.load_separate_ckpt(
+            cnn_weights_path=_get(cfg, "cnn_weights_path", _get(cfg, "detectron2_weights_path")),
+            bert_weights_path=_get(cfg, "bert_weights_path", raw.get("bert_weights_path")))
+    if bool(int(_get(cfg, "freeze_cnn", 0))):
+        model.freeze_cnn_backbone()
+    n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    logger.info("built ClipBert: cnn=%s (%d ch), hidden=%d, layers=%d, head=%r, grad_ckpt=%s, "
+                "%d trainable params", _get(cfg, "cnn_type", raw.get("cnn_type", "resnet50")),
+                backbone.out_channels, config.hidden_size, config.num_hidden_layers, head, grad_ckpt,
+                n_train)
+    return model
