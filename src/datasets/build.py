@@ -1,0 +1,184 @@
+"""Build (dataset, collator) per task from a ClipBERT config attribute-dict.
+
+Keys read: train_datasets / val_datasets ([{name, txt, img}], element 0; `txt` may be a dict keyed
+by task), inference_txt_db / inference_img_db (split "inference"), tokenizer_dir, max_txt_len,
+max_img_size, fps, num_frm, frm_sampling_strategy, train_n_clips, inference_n_clips,
+random_sample_clips, max_n_example_per_group, itm_neg_size, ans2label_path, task,
+skip_bad_videos, data_ratio, seed, eval_retrieval_batch_size / inference_batch_size,
+min_video_frames (optional, default 2). When `txt` is a dict, the key is cfg.task (retrieval
+defaults to "retrieval", MC to "msrvtt_mc").
+
+Clip plans (spec section 3): training samples `train_n_clips` clips with the configured strategy,
+independently if `random_sample_clips` else uniformly with the duration safeguard; retrieval
+and MC evaluation use "middle" for "rand", 1 clip by strategy or `inference_n_clips` uniform
+clips; QA evaluation always uses uniform clips (1 clip = the video start).
+"""
+import logging
+import random
+from collections import defaultdict
+
+from src.datasets.data_utils import mk_input_group
+from src.datasets.dataset_mc import VideoMCCollator, VideoMCDataset, mk_mc_examples
+from src.datasets.dataset_retrieval import (VideoRetrievalCollator, VideoRetrievalDataset,
+                                            VideoRetrievalEvalDataset, mk_retrieval_examples)
+from src.datasets.dataset_video_qa import (OPEN_ENDED_QA, QA_TASKS, VideoQACollator,
+                                           VideoQADataset, mk_qa_examples)
+from src.datasets.jsonl import load_json, load_jsonl
+
+logger = logging.getLogger(__name__)
+SPLITS = ("train", "val", "inference")
+
+
+def _get(cfg, key, default=None):
+    try:
+        v = cfg[key] if isinstance(cfg, dict) else getattr(cfg, key)
+    except (KeyError, AttributeError):
+        return default
+    return default if v is None else v
+
+
+def load_tokenizer(tokenizer_dir):
+    """BertTokenizerFast from a local directory (vocab.txt / tokenizer.json)."""
+    from transformers import BertTokenizerFast
+    if not tokenizer_dir:
+        raise ValueError("config key tokenizer_dir is missing; point it at a folder with vocab.txt")
+    try:
+        return BertTokenizerFast.from_pretrained(tokenizer_dir)
+    except Exception as e:
+        raise ValueError(f"cannot load a BERT tokenizer from tokenizer_dir={tokenizer_dir!r} ({e}); "
+                         f"point it at a folder with vocab.txt") from None
+
+
+def _txt_img(cfg, split, task=None):
+    """(txt path, img lmdb dir, dataset name) for the split."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} must be one of {SPLITS}")
+    if split == "inference" and _get(cfg, "inference_txt_db"):
+        txt, img, name = _get(cfg, "inference_txt_db"), _get(cfg, "inference_img_db"), "inference"
+        if not img:
+            img = _dataset_entry(cfg, "val")["img"]
+    else:
+        entry = _dataset_entry(cfg, "train" if split == "train" else "val")
+        txt, img, name = entry["txt"], entry["img"], entry.get("name", split)
+    if isinstance(txt, dict):
+        if task not in txt:
+            raise KeyError(f"{split} dataset txt is keyed by task ({sorted(txt)}) but task={task!r} is not one of them")
+        txt = txt[task]
+    if isinstance(txt, (list, tuple)):
+        if len(txt) != 1:
+            raise ValueError(f"{split} dataset gives {len(txt)} txt files; video tasks take one")
+        txt = txt[0]
+    return txt, img, name
+
+
+def _dataset_entry(cfg, which):
+    key = "train_datasets" if which == "train" else "val_datasets"
+    lst = _get(cfg, key)
+    if not lst:
+        raise ValueError(f"config key {key} is missing or empty; give [{{name, txt, img}}]")
+    entry = lst[0]
+    for k in ("txt", "img"):
+        if k not in entry:
+            raise ValueError(f"{key}[0] has no {k!r} field; present: {sorted(entry)}")
+    return entry
+
+
+def _apply_data_ratio(rows, cfg):
+    ratio = float(_get(cfg, "data_ratio", 1.0))
+    if not 0 < ratio <= 1:
+        raise ValueError(f"data_ratio must be in (0, 1], got {ratio}")
+    if ratio < 1.0:  # ClipBERT: shuffle then keep int(n * r); seeded so all ranks agree
+        rows = list(rows)
+        random.Random(_get(cfg, "seed", 42)).shuffle(rows)
+        rows = rows[:max(1, int(len(rows) * ratio))]
+    return rows
+
+
+def _common(cfg, name, is_train):
+    return dict(fps=_get(cfg, "fps", 1), num_frm=_get(cfg, "num_frm", 3),
+                max_img_size=_get(cfg, "max_img_size", 448), is_train=is_train,
+                skip_bad_videos=bool(_get(cfg, "skip_bad_videos", 0)),
+                min_video_frames=_get(cfg, "min_video_frames", 2), name=name)
+
+
+def _train_clips(cfg):
+    n = int(_get(cfg, "train_n_clips", 3))
+    rand = bool(_get(cfg, "random_sample_clips", 1))
+    return dict(n_clips=n, clip_mode="strategy" if (n == 1 or rand) else "uniform",
+                frm_sampling_strategy=_get(cfg, "frm_sampling_strategy", "rand"))
+
+
+def _eval_clips(cfg):
+    n = int(_get(cfg, "inference_n_clips", 1))
+    strategy = _get(cfg, "frm_sampling_strategy", "rand")
+    strategy = "middle" if strategy == "rand" else strategy
+    return dict(n_clips=n, clip_mode="strategy" if n == 1 else "uniform", frm_sampling_strategy=strategy)
+
+
+def build_retrieval_datasets(cfg, split):
+    """(dataset, collator) for retrieval. split "train": VideoRetrievalDataset over groups of
+    `max_n_example_per_group` captions with `itm_neg_size` negatives; "val"/"inference":
+    VideoRetrievalEvalDataset (batch_size 1; captions chunked by eval_retrieval_batch_size or
+    inference_batch_size)."""
+    txt, img, name = _txt_img(cfg, split, _get(cfg, "task", "retrieval"))
+    rows = _apply_data_ratio(load_jsonl(txt, required_fields=("caption", "clip_name")), cfg)
+    examples = mk_retrieval_examples(rows)
+    collator = VideoRetrievalCollator(load_tokenizer(_get(cfg, "tokenizer_dir")), _get(cfg, "max_txt_len", 20))
+    if split == "train":
+        grouped = defaultdict(list)
+        for e in examples:
+            grouped[e["vid_id"]].append(e)
+        groups = mk_input_group(grouped, max_n_example_per_group=int(_get(cfg, "max_n_example_per_group", 2)),
+                                is_train=True)
+        ds = VideoRetrievalDataset(groups, img, itm_neg_size=_get(cfg, "itm_neg_size", 1),
+                                   **_common(cfg, f"{name}_train", True), **_train_clips(cfg))
+    else:
+        bs_key = "inference_batch_size" if split == "inference" else "eval_retrieval_batch_size"
+        ds = VideoRetrievalEvalDataset(examples, img, caption_batch_size=_get(cfg, bs_key),
+                                       **_common(cfg, f"{name}_{split}", False), **_eval_clips(cfg))
+    return ds, collator
+
+
+def build_qa_datasets(cfg, split):
+    """(dataset, collator) for video QA (cfg.task in frameqa|msrvtt_qa|action|transition).
+    Training groups 1 question per item (ClipBERT forces max_n_example_per_group=1 for QA)."""
+    task = _get(cfg, "task")
+    if task not in QA_TASKS:
+        raise ValueError(f"config task={task!r} must be one of {QA_TASKS}")
+    txt, img, name = _txt_img(cfg, split, task)
+    any_of = ("gif_name", "video_id")
+    rows = _apply_data_ratio(load_jsonl(txt, required_fields=("question",), any_of_fields=any_of), cfg)
+    examples = mk_qa_examples(rows, task, txt)
+    has_answers = all(e["answer"] is not None for e in examples)
+    if split == "train" and not has_answers:
+        missing = next(i for i, e in enumerate(examples) if e["answer"] is None)
+        raise ValueError(f"{txt}: example {missing + 1} has no 'answer'; training needs answers")
+    ans2label = None
+    if task in OPEN_ENDED_QA:
+        path = _get(cfg, "ans2label_path")
+        if not path:
+            raise ValueError(f"task {task} needs ans2label_path (a JSON {{answer: label}})")
+        ans2label = load_json(path)
+    grouped = defaultdict(list)
+    for e in examples:
+        grouped[e["vid_id"]].append(e)
+    is_train = split == "train"
+    groups = mk_input_group(grouped, max_n_example_per_group=1, is_train=is_train,
+                            example_unique_key="question_id")
+    if is_train:
+        clips = _train_clips(cfg)
+    else:  # ClipBERT's QA eval: always uniform clips
+        clips = dict(n_clips=int(_get(cfg, "inference_n_clips", 1)), clip_mode="uniform",
+                     frm_sampling_strategy="uniform")
+    ds = VideoQADataset(task, groups, img, ans2label=ans2label, return_label=has_answers,
+                        **_common(cfg, f"{name}_{task}_{split}", is_train), **clips)
+    collator = VideoQACollator(load_tokenizer(_get(cfg, "tokenizer_dir")), _get(cfg, "max_txt_len", 20), task)
+    return ds, collator
+
+
+def build_mc_dataset(cfg, split="inference"):
+    """(dataset, collator) for MSRVTT-MC style evaluation (jsonl {qid, clip_name, options, answer})."""
+    txt, img, name = _txt_img(cfg, split, _get(cfg, "task", "msrvtt_mc"))
+    rows = _apply_data_ratio(load_jsonl(txt, required_fields=("qid", "clip_name", "options")), cfg)
+    ds = VideoMCDataset(mk_mc_examples(rows, txt), img, **_common(cfg, f"{name}_mc", False), **_eval_clips(cfg))
+    return ds, VideoMCCollator(load_tokenizer(_get(cfg, "tokenizer_dir")), _get(cfg, "max_txt_len", 20))

@@ -1,0 +1,64 @@
+"""Read-only LMDB of raw video/image bytes, opened lazily in each process.
+
+ClipBERT opened the environment in the Dataset constructor, i.e. before DataLoader workers
+fork, and turned a missing key into an empty stream. Here the environment is opened on first
+use in the current process (re-opened after a fork, dropped when pickled) and a missing key
+raises KeyError naming the store and the key.
+"""
+import os
+
+import lmdb
+
+_ENVS = {}  # (realpath, pid) -> lmdb.Environment; LMDB allows one open env per path per process
+
+
+class LMDBStore:
+    """`store.get(key) -> bytes`; `key in store`; `len(store)`; `store.keys()`."""
+
+    def __init__(self, path):
+        if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "data.mdb")):
+            raise FileNotFoundError(f"LMDB store {path} not found (no data.mdb); build it with "
+                                    f"python -m src.preprocessing.file2lmdb")
+        self.path = path
+        self._env, self._pid = None, None
+
+    def _open(self):
+        pid = os.getpid()
+        if self._env is None or self._pid != pid:
+            real = os.path.realpath(self.path)
+            key = (real, pid)
+            for old in [k for k in _ENVS if k[0] == real and k[1] != pid]:
+                _ENVS.pop(old).close()  # inherited through fork: unusable here, and blocks re-opening
+            if key not in _ENVS:
+                _ENVS[key] = lmdb.open(self.path, readonly=True, create=False, lock=False,
+                                       readahead=False, max_readers=512, subdir=True)
+            self._env, self._pid = _ENVS[key], pid
+        return self._env
+
+    def get(self, key):
+        with self._open().begin(buffers=False) as txn:
+            value = txn.get(str(key).encode("utf-8"))
+        if value is None:
+            raise KeyError(f"key {key!r} not in LMDB store {self.path}; check that the jsonl video "
+                           f"name matches the file stem used by file2lmdb")
+        return value
+
+    def __contains__(self, key):
+        with self._open().begin(buffers=True) as txn:
+            return txn.get(str(key).encode("utf-8")) is not None
+
+    def __len__(self):
+        return self._open().stat()["entries"]
+
+    def keys(self):
+        with self._open().begin() as txn:
+            return [k.decode("utf-8") for k in txn.cursor().iternext(keys=True, values=False)]
+
+    def __getstate__(self):
+        return {"path": self.path, "_env": None, "_pid": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def __repr__(self):
+        return f"LMDBStore({self.path!r})"
