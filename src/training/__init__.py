@@ -1,1 +1,1 @@
-"""clipbert-legacy: training package."""
+"""The shared training engine (see engine.py), checkpoints, resumable data order, inference helpers."""

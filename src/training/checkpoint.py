@@ -1,0 +1,102 @@
+"""Checkpoints: fp32 model weights per step and an atomically written restore file.
+
+* ``ckpt/model_step_{N}.pt``: flat ``{key: cpu tensor}`` of the model with float tensors in fp32
+  (under amp O2 the fp32 master weights, not the fp16 copies ClipBERT saved).
+* ``ckpt/restore.pt``: everything an exact resume needs (see ``Trainer._restore_state``); written to a
+  temp file, fsynced, the previous file kept as ``restore_backup.pt``, then renamed into place. A
+  crash at any moment leaves a loadable restore.pt or backup. ClipBERT retried 10 times and then
+  silently swallowed errors; here a failed save raises, and an unreadable restore file falls back
+  to the backup with a warning, or raises if nothing can be read.
+"""
+import logging
+import os
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+RESTORE, BACKUP = "restore.pt", "restore_backup.pt"
+
+
+def atomic_torch_save(obj, path):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def fp32_state_dict(model, optimizer=None, masters_by_name=None):
+    """Model state as CPU tensors, floats in fp32; ``masters_by_name`` overrides params (amp O2)."""
+    out = {}
+    for k, v in model.state_dict().items():
+        v = v.detach()
+        if k in (masters_by_name or {}):
+            v = masters_by_name[k].detach()
+        out[k] = (v.float() if v.is_floating_point() else v).cpu().clone()
+    return out
+
+
+class ModelSaver:
+    def __init__(self, ckpt_dir):
+        self.dir = ckpt_dir
+        os.makedirs(ckpt_dir, exist_ok=True)
+
+    def path(self, step):
+        return os.path.join(self.dir, f"model_step_{step}.pt")
+
+    def save(self, state_dict, step):
+        p = self.path(step)
+        atomic_torch_save(state_dict, p)
+        return p
+
+    def save_best(self, state_dict):
+        p = os.path.join(self.dir, "model_best.pt")
+        atomic_torch_save(state_dict, p)
+        return p
+
+
+class TrainingRestorer:
+    """Reads/writes ``restore.pt`` (and its backup) in ``ckpt_dir``."""
+
+    def __init__(self, ckpt_dir):
+        self.dir = ckpt_dir
+        self.path = os.path.join(ckpt_dir, RESTORE)
+        self.backup = os.path.join(ckpt_dir, BACKUP)
+
+    def exists(self):
+        return os.path.exists(self.path) or os.path.exists(self.backup)
+
+    def save(self, state):
+        os.makedirs(self.dir, exist_ok=True)
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.exists(self.path):
+            os.replace(self.path, self.backup)
+        os.replace(tmp, self.path)
+
+    def load(self):
+        """The newest readable restore state, or None when there is none (fresh run)."""
+        errors = []
+        for p in (self.path, self.backup):
+            if not os.path.exists(p):
+                continue
+            try:
+                state = torch.load(p, map_location="cpu", weights_only=False)
+                if not isinstance(state, dict) or "global_step" not in state:
+                    raise ValueError("not a restore file (no global_step)")
+            except Exception as e:  # a truncated/corrupt file: try the backup
+                logger.warning("restore file %s is unreadable (%s); trying the backup", p, e)
+                errors.append(f"{p}: {e}")
+                continue
+            if p == self.backup:
+                logger.warning("resuming from the backup restore file %s", p)
+            return state
+        if errors:
+            raise RuntimeError("cannot resume: no readable restore file (" + "; ".join(errors) +
+                               "); delete them to start from scratch")
+        return None

@@ -1,0 +1,107 @@
+"""Training data order that can be resumed exactly: a skippable DistributedSampler and per-sample seeds.
+
+* :class:`ResumableDistributedSampler` is ``torch.utils.data.DistributedSampler`` (same shuffle:
+  ``randperm`` seeded with ``seed + epoch``, padding by repetition, ``rank::world`` split) plus
+  ``skip(n)``: the next pass starts after the first ``n`` samples of this rank, so a resumed run
+  never re-reads (or decodes) consumed data. The engine calls ``set_epoch`` every epoch (ClipBERT
+  never did, so every epoch saw the same order).
+* Every sample is loaded under its own seed ``f(seed, epoch, index)`` (python, numpy and torch RNGs,
+  restored afterwards), so random augmentation does not depend on worker count, prefetching or
+  where a run was resumed, and data loading never disturbs the training process's RNG stream.
+"""
+import random
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+
+
+def _seed_all(seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.default_generator.manual_seed(seed)  # CPU generator only: torch.manual_seed is ~1000x slower
+
+
+def sample_seed(seed, epoch, index):
+    return (seed * 0x9E3779B1 + (epoch + 1) * 0x85EBCA77 + index * 0xC2B2AE3D) % (2 ** 31 - 1)
+
+
+class ResumableDistributedSampler(Sampler):
+    """Yields ``(index, sample_seed)``; see the module docstring."""
+
+    def __init__(self, n_examples, num_replicas=1, rank=0, shuffle=True, seed=0):
+        if n_examples <= 0:
+            raise ValueError(f"the training dataset is empty (n_examples={n_examples})")
+        self.n, self.world, self.rank = n_examples, num_replicas, rank
+        self.shuffle, self.seed = shuffle, seed
+        self.epoch, self._skip = 0, 0
+        self.num_samples = -(-n_examples // num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def set_epoch(self, epoch):
+        self.epoch, self._skip = epoch, 0
+
+    def skip(self, n_samples):
+        """Start the next pass after ``n_samples`` of this rank's samples (reset by set_epoch)."""
+        self._skip = max(0, min(int(n_samples), self.num_samples))
+
+    def indices(self):
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            idx = torch.randperm(self.n, generator=g).tolist()
+        else:
+            idx = list(range(self.n))
+        pad = self.total_size - len(idx)
+        while pad > 0:
+            idx += idx[:pad]
+            pad = self.total_size - len(idx)
+        return idx[self.rank:self.total_size:self.world]
+
+    def __iter__(self):
+        for i in self.indices()[self._skip:]:
+            yield i, sample_seed(self.seed, self.epoch, i)
+
+    def __len__(self):
+        return self.num_samples - self._skip
+
+
+class SeededDataset(Dataset):
+    """Loads ``dataset[index]`` under the sample's own seed, restoring the caller's RNG states."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getattr__(self, name):  # record_bad_videos, end_of_pass, ... of the wrapped dataset
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __getitem__(self, key):
+        index, seed = key
+        if get_worker_info() is not None:  # a DataLoader worker: no caller RNG to protect
+            _seed_all(seed)
+            return self.dataset[index]
+        saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.default_generator.manual_seed(seed)  # CPU generator only: torch.manual_seed is ~1000x slower
+        try:
+            return self.dataset[index]
+        finally:
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
+            torch.set_rng_state(saved[2])
+
+
+def build_train_dataloader(dataset, sampler, batch_size, collate_fn=None, n_workers=0, pin_mem=False,
+                           seed=0):
+    """DataLoader over :class:`SeededDataset` with its own generator (the global RNG is untouched)."""
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return DataLoader(SeededDataset(dataset), batch_size=batch_size, sampler=sampler,
+                      collate_fn=collate_fn, num_workers=n_workers, pin_memory=pin_mem, drop_last=False,
+                      generator=g)

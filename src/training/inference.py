@@ -1,0 +1,90 @@
+"""Inference from a training run's output_dir: stored model config, checkpoint, result directory.
+
+ClipBERT's inference overwrote every current option with the stored ``log/args.json`` value except
+keys containing ``inference`` (so CLI ``score_agg_func``/``fps``/``num_frm`` were silently lost) and
+named the result directory before that merge. Here only the model-defining keys
+(:data:`src.config.MODEL_KEYS`) come from the stored run, ``model_config`` from
+``log/model_config.json``, and the result directory is named from the final settings.
+"""
+import glob
+import json
+import logging
+import os
+import re
+
+import torch
+
+import src.compat.hvd as hvd
+from src.config import apply_stored_model_config
+
+logger = logging.getLogger(__name__)
+
+
+def available_steps(output_dir):
+    steps = []
+    for p in glob.glob(os.path.join(output_dir, "ckpt", "model_step_*.pt")):
+        m = re.search(r"model_step_(\d+)\.pt$", p)
+        if m:
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def prepare_inference_config(cfg):
+    """Apply the trained run's model-defining settings to ``cfg``; resolve ``inference_model_step``.
+
+    ``inference_model_step=-1`` picks the latest ``ckpt/model_step_*.pt``.
+    """
+    out = cfg.output_dir
+    args_path = os.path.join(out, "log", "args.json")
+    if not os.path.isfile(args_path):
+        raise FileNotFoundError(f"{args_path} not found: output_dir must be a training run's directory")
+    with open(args_path) as f:
+        stored = json.load(f)
+    apply_stored_model_config(cfg, stored)
+    mc = os.path.join(out, "log", "model_config.json")
+    if os.path.isfile(mc):
+        cfg.model_config = mc
+    steps = available_steps(out)
+    if not steps:
+        raise FileNotFoundError(f"no checkpoints in {os.path.join(out, 'ckpt')} (model_step_*.pt)")
+    if cfg.inference_model_step == -1:
+        cfg.inference_model_step = steps[-1]
+        logger.info("inference_model_step=-1: using the latest checkpoint, step %d", steps[-1])
+    elif cfg.inference_model_step not in steps:
+        raise FileNotFoundError(f"inference_model_step={cfg.inference_model_step}: no "
+                                f"ckpt/model_step_{cfg.inference_model_step}.pt; available steps: {steps}")
+    return cfg
+
+
+def load_trained_model(cfg, task, device=None):
+    """``task.build_model(cfg)`` with ``ckpt/model_step_{inference_model_step}.pt`` loaded (strict),
+    on the device, in eval mode, amp O2 applied when ``cfg.fp16``."""
+    if not hvd.is_initialized():
+        hvd.set_backend(cfg.get("dist_backend", "auto"))
+    hvd.init()
+    if device is None:
+        device = torch.device("cuda", hvd.local_rank()) if torch.cuda.is_available() else torch.device("cpu")
+    model = task.build_model(cfg)
+    path = os.path.join(cfg.output_dir, "ckpt", f"model_step_{cfg.inference_model_step}.pt")
+    sd = torch.load(path, map_location="cpu")
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if missing or unexpected:
+        raise RuntimeError(f"{path} does not match the model built from the stored config: missing "
+                           f"{missing[:5]}, unexpected {unexpected[:5]}")
+    model.to(device)
+    if cfg.fp16:
+        from src.compat import amp
+        model = amp.initialize(model, opt_level="O2", keep_batchnorm_fp32=True, verbosity=0)
+    model.eval()
+    return model
+
+
+def inference_result_dir(cfg, prefix="results", with_clips=True):
+    """ClipBERT's layout: ``{output_dir}/{prefix}_{stem(inference_txt_db)}/step_{N}[_{nclips}_{agg}]``."""
+    stem = os.path.splitext(os.path.basename(cfg.inference_txt_db or "inference"))[0]
+    name = f"step_{cfg.inference_model_step}"
+    if with_clips:
+        name += f"_{cfg.inference_n_clips}_{cfg.score_agg_func}"
+    d = os.path.join(cfg.output_dir, f"{prefix}_{stem}", name)
+    os.makedirs(d, exist_ok=True)
+    return d

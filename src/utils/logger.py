@@ -1,0 +1,121 @@
+"""Logging in ClipBERT's layout: a module LOGGER, log.txt, a rank-0 tensorboardX writer, RunningMeter."""
+import logging
+import os
+
+from src.utils.misc import NoOp
+
+_FMT = "%(asctime)s - %(levelname)s - %(name)s -   %(message)s"
+_DATEFMT = "%m/%d/%Y %H:%M:%S"
+LOGGER = logging.getLogger("__main__")  # ClipBERT's scripts log under '__main__'
+
+
+def setup_logging(level=logging.INFO):
+    """Console logging in ClipBERT's format (called by entry points, not at import)."""
+    logging.basicConfig(format=_FMT, datefmt=_DATEFMT, level=level)
+
+
+def add_log_to_file(log_path):
+    """Also write every log record (root logger) to ``log_path`` in ClipBERT's format."""
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    root = logging.getLogger()
+    for h in root.handlers:
+        if isinstance(h, logging.FileHandler) and os.path.abspath(h.baseFilename) == os.path.abspath(log_path):
+            return h
+    fh = logging.FileHandler(log_path)
+    fh.setFormatter(logging.Formatter(_FMT, datefmt=_DATEFMT))
+    fh.setLevel(logging.INFO)
+    root.addHandler(fh)
+    if root.getEffectiveLevel() > logging.INFO:  # INFO records must reach the file
+        root.setLevel(logging.INFO)
+    return fh
+
+
+def remove_log_file(handler):
+    logging.getLogger().removeHandler(handler)
+    handler.close()
+
+
+class TensorboardLogger:
+    """tensorboardX wrapper holding the global step (ClipBERT's TB_LOGGER); a no-op until create()."""
+
+    def __init__(self):
+        self._writer = None
+        self.global_step = 0
+
+    def create(self, path):
+        from tensorboardX import SummaryWriter
+        self._writer = SummaryWriter(path)
+
+    def add_scalar(self, tag, value, step=None):
+        if self._writer is not None:
+            self._writer.add_scalar(tag, value, self.global_step if step is None else step)
+
+    def log_scalar_dict(self, log_dict, step=None):
+        """Log flat {tag: number}; nested dicts are flattened as ``a/b`` (ClipBERT raised TypeError)."""
+        for tag, v in _flatten(log_dict):
+            self.add_scalar(tag, v, step)
+
+    def step(self):
+        self.global_step += 1
+
+    def flush(self):
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _flatten(d, prefix=""):
+    for k, v in d.items():
+        tag = f"{prefix}/{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            yield from _flatten(v, tag)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            yield tag, v
+        elif hasattr(v, "item"):
+            yield tag, float(v.item())
+
+
+TB_LOGGER = TensorboardLogger()
+
+
+def make_tb_logger(path, is_rank0):
+    """A TensorboardLogger writing to ``path`` on rank 0, a NoOp elsewhere."""
+    if not is_rank0:
+        return NoOp()
+    tb = TensorboardLogger()
+    tb.create(path)
+    return tb
+
+
+class RunningMeter:
+    """Exponentially smoothed value: the first call sets it, then ``(1-smooth)*v + smooth*prev``."""
+
+    def __init__(self, name, val=None, smooth=0.99):
+        self._name = name
+        self._sm = smooth
+        self._val = val
+
+    def __call__(self, value):
+        value = float(value)
+        self._val = value if self._val is None else value * (1 - self._sm) + self._val * self._sm
+
+    def __str__(self):
+        return f"{self._name}: {self._val:.4f}"
+
+    @property
+    def val(self):
+        return self._val
+
+    @property
+    def name(self):
+        return self._name
+
+    def state_dict(self):
+        return {"name": self._name, "val": self._val, "smooth": self._sm}
+
+    def load_state_dict(self, sd):
+        self._val = sd["val"]

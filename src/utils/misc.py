@@ -1,0 +1,57 @@
+"""Small helpers with ClipBERT's names: seeding, zero-filling unused grads, a do-nothing object."""
+import random
+
+import numpy as np
+import torch
+
+
+def set_random_seed(seed):
+    """Seed python, numpy and torch (CPU and every CUDA device), as ClipBERT did at start-up."""
+    random.seed(seed)
+    np.random.seed(seed % (2 ** 32))
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def zero_none_grad(model):
+    """Give every trainable parameter without a gradient a zero one.
+
+    Parameters unused in a forward (e.g. a head not used by this batch) would otherwise leave
+    ``.grad`` None; collective allreduce then sees different tensor sets on different ranks
+    (a Horovod stall), and optimizers would skip them. Zero grads keep every rank in step.
+    """
+    for p in model.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
+class NoOp:
+    """Accepts any attribute access or call and does nothing (stands in for rank>0 loggers)."""
+
+    def __getattr__(self, name):
+        return self.noop
+
+    def noop(self, *args, **kwargs):
+        return None
+
+    def __bool__(self):
+        return False
+
+
+def get_rng_states():
+    """Snapshot of every RNG the training loop draws from (python, numpy, torch CPU, CUDA)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_states(state):
+    """Inverse of :func:`get_rng_states`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
