@@ -29,6 +29,7 @@ import difflib
 import json
 import logging
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -460,6 +461,24 @@ def _load_json(path):
     return data
 
 
+OVERRIDES_ENV = "CLIPBERT_OVERRIDES"
+
+
+def env_overrides():
+    """Extra CLI flags from ``$CLIPBERT_OVERRIDES``, appended after the command line (so they win).
+
+    For wrappers that must change a setting of every run without editing commands, e.g. cluster
+    scripts, or the README test that runs the documented commands in a reduced mode.
+    """
+    text = os.environ.get(OVERRIDES_ENV, "").strip()
+    if not text:
+        return []
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f"${OVERRIDES_ENV}={text!r}: {e}") from None
+
+
 def parse_args(task, argv=None):
     """Parse ``argv`` (default ``sys.argv[1:]``) for ``task`` into a validated :class:`Config`.
 
@@ -467,7 +486,8 @@ def parse_args(task, argv=None):
     """
     opts = task_options(task)
     parser = build_parser(task)
-    ns, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    argv = (sys.argv[1:] if argv is None else list(argv)) + env_overrides()
+    ns, unknown = parser.parse_known_args(argv)
     if unknown:
         tok = unknown[0]
         flag = tok.split("=", 1)[0]
@@ -564,6 +584,8 @@ def _mc_post(cfg, notices):
 
 def _video_qa_post(cfg, notices):
     if cfg.task is None:
+        if cfg.do_inference:  # inference takes task (and the derived keys) from the trained run
+            return
         raise ConfigError("task=null is invalid: video QA needs task, one of "
                           "action|transition|frameqa|msrvtt_qa")
     cfg.max_n_example_per_group = 1
@@ -674,5 +696,27 @@ def _range_text(o):
     return ", ".join(parts)
 
 
-if __name__ == "__main__":  # python -m src.config > docs/config_reference.md
-    sys.stdout.write(config_reference_markdown())
+README_BEGIN = "<!-- BEGIN CONFIG REFERENCE -->"
+README_END = "<!-- END CONFIG REFERENCE -->"
+
+
+def update_readme(path):
+    """Rewrite the generated config table between the README's markers; True if it changed."""
+    with open(path) as f:
+        text = f.read()
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"{path}: markers {README_BEGIN} / {README_END} not found")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    new = f"{head}{README_BEGIN}\n{config_reference_markdown()}{README_END}{tail}"
+    if new != text:
+        with open(path, "w") as f:
+            f.write(new)
+    return new != text
+
+
+if __name__ == "__main__":  # python -m src.config [--update-readme README.md]
+    if len(sys.argv) == 3 and sys.argv[1] == "--update-readme":
+        print("updated" if update_readme(sys.argv[2]) else "up to date", sys.argv[2])
+    else:
+        sys.stdout.write(config_reference_markdown())

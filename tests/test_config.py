@@ -225,3 +225,18 @@ def test_legacy_clipbert_configs_parse(tmp_path, caplog):
                                "txt": {"action": "/txt/a.jsonl", "frameqa": "/txt/f.jsonl"}}])
     cfg = parse_args("video_qa", ["--config", write(tmp_path, qa, "qa.json")])
     assert cfg.num_labels == 2 and cfg.train_datasets[0].txt.frameqa == "/txt/f.jsonl"
+
+
+def test_env_overrides_are_appended_last(monkeypatch, tmp_path):
+    import json as _json
+    from src.config import parse_args
+    cfg_file = tmp_path / "c.json"
+    cfg_file.write_text(_json.dumps({"learning_rate": 1e-3, "num_train_epochs": 7}))
+    monkeypatch.setenv("CLIPBERT_OVERRIDES", "--num_train_epochs 1 --data_ratio 0.5")
+    cfg = parse_args("retrieval", ["--config", str(cfg_file), "--num_train_epochs", "3"])
+    assert cfg.num_train_epochs == 1 and cfg.data_ratio == 0.5 and cfg.learning_rate == 1e-3
+    monkeypatch.setenv("CLIPBERT_OVERRIDES", "--data_ratio 2")
+    import pytest as _pytest
+    from src.config import ConfigError
+    with _pytest.raises(ConfigError, match="data_ratio"):
+        parse_args("retrieval", [])

@@ -93,7 +93,9 @@ def test_image_ops_clipbert_semantics():
     r = ImageResize(448, "bilinear")(x)
     assert r.shape == (2, 3, 336, 448)
     p = ImagePad(448, 448)(r)
-    assert p.shape == (2, 3, 448, 448) and p[:, :, 336:].abs().sum() == 0 and p[:, :, :336].min() == 200
+    assert p.shape == (2, 3, 448, 448) and p[:, :, 336:].abs().sum() == 0
+    # bilinear resize of a constant image is that constant (up to float rounding of the kernel)
+    assert (p[:, :, :336] - 200).abs().max() < 1e-3
     assert ImageResize(64)(torch.zeros(1, 3, 10, 100)).shape[-2:] == (6, 64)  # int(64*10/100)
     v = p.unsqueeze(0).clone()
     out = ImageNorm(MEAN, STD)(v)  # mean > 1: no /255, mean subtracted in RGB order

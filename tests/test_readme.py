@@ -1,0 +1,52 @@
+"""The README stays true: generated config reference, and the marked shell blocks run as written.
+
+Blocks preceded by ``<!-- readme-test -->`` run in order in one bash session from the repo root,
+in a reduced mode: ``$CLIPBERT_OVERRIDES`` (appended to every task's command line by src/config.py)
+shortens training, so the commands themselves are exactly the documented ones.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from src.config import README_BEGIN, README_END, config_reference_markdown
+from tests.conftest import requires_horovod
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+REDUCED = "--num_train_epochs 1 --data_ratio 0.05 --log_interval 5"
+
+
+def marked_blocks(text):
+    return re.findall(r"<!-- readme-test -->\s*```bash\n(.*?)```", text, flags=re.S)
+
+
+def test_config_reference_is_generated():
+    text = README.read_text()
+    section = text.split(README_BEGIN, 1)[1].split(README_END, 1)[0]
+    assert section.strip() == config_reference_markdown().strip(), (
+        "README config reference is stale: run `.venv/bin/python -m src.config --update-readme README.md`")
+
+
+def test_readme_has_the_two_commands():
+    text = README.read_text()
+    assert "./run_scripts/quickstart.sh" in text and "./run_scripts/test.sh" in text
+    assert len(marked_blocks(text)) >= 2
+
+
+@requires_horovod
+def test_marked_shell_blocks_run_as_written():
+    for d in ("output/readme_ret", "output/readme_action"):
+        shutil.rmtree(REPO / d, ignore_errors=True)
+    script = "set -euo pipefail\n" + "\n".join(marked_blocks(README.read_text()))
+    env = dict(os.environ, CLIPBERT_OVERRIDES=REDUCED, OMP_NUM_THREADS="1",
+               PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
+               PYTHONPATH=str(REPO))
+    p = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, f"README block failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    assert list((REPO / "output/readme_ret").glob("results_retrieval_test/step_*/scores.json"))
+    assert list((REPO / "output/readme_ret").glob("mc_results_mc_test/step_*/mc_test_scores.json"))
+    assert list((REPO / "output/readme_action").glob("results_action_test/step_*/scores.json"))
