@@ -1,12 +1,12 @@
 """src.compat.hvd: real multi-process runs under horovodrun (Gloo) and torchrun."""
 import json
+import os
 import time
 
 import pytest
 import torch
 
 from tests import mp_utils
-from tests.conftest import requires_horovod
 
 WORKER = "tests/workers/hvd_train.py"
 
@@ -28,24 +28,23 @@ def _assert_ranks_match_single(out, ref):
     assert not torch.allclose(w0["0.weight"], torch.zeros_like(w0["0.weight"]))
 
 
-@requires_horovod
-@pytest.mark.parametrize("bpps", [1, 2])
-def test_horovodrun_matches_single_process(tmp_path, bpps):
-    ref = _single(tmp_path, bpps)
-    out = tmp_path / "hvd"
-    out.mkdir()
-    p = mp_utils.check(mp_utils.run_horovod([WORKER, "--out", out, "--bpps", bpps], timeout=120))
-    assert '"backend": "horovod"' in p.stdout and '"size": 2' in p.stdout
-    _assert_ranks_match_single(out, ref)
+def _launcher(name):
+    if name == "horovod" and not mp_utils.horovodrun_available():
+        if os.environ.get("CI") == "true":
+            raise AssertionError("Horovod is not installed in CI; run ./run_scripts/setup_env.sh")
+        pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
+    return mp_utils.run_horovod if name == "horovod" else mp_utils.run_torchrun
 
 
+@pytest.mark.parametrize("launcher", ["horovod", "torch"])
 @pytest.mark.parametrize("bpps", [1, 2])
-def test_torchrun_matches_single_process(tmp_path, bpps):
+def test_two_processes_match_single_process(tmp_path, launcher, bpps):
+    """horovodrun -np 2 (real Horovod) and torchrun (torch backend): same weights as 1 process."""
     ref = _single(tmp_path, bpps)
-    out = tmp_path / "tr"
+    out = tmp_path / launcher
     out.mkdir()
-    p = mp_utils.check(mp_utils.run_torchrun([WORKER, "--out", out, "--bpps", bpps], timeout=120))
-    assert '"backend": "torch"' in p.stdout and '"size": 2' in p.stdout
+    p = mp_utils.check(_launcher(launcher)([WORKER, "--out", out, "--bpps", bpps], timeout=120))
+    assert f'"backend": "{launcher}"' in p.stdout and '"size": 2' in p.stdout
     _assert_ranks_match_single(out, ref)
 
 
@@ -79,9 +78,7 @@ def test_bad_arguments_are_clear():
 
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 def test_step_misuse_raises_instead_of_hanging(tmp_path, launcher):
-    if launcher == "horovod" and not mp_utils.horovodrun_available():
-        pytest.skip("Horovod not installed")
-    run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
+    run = _launcher(launcher)
     p = run([WORKER, "--out", tmp_path, "--mode", "misuse", "--bpps", 1], timeout=90)
     assert p.returncode != 0
     assert "more than backward_passes_per_step" in p.stdout + p.stderr
@@ -89,9 +86,7 @@ def test_step_misuse_raises_instead_of_hanging(tmp_path, launcher):
 
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 def test_failing_rank_ends_job_quickly(tmp_path, launcher):
-    if launcher == "horovod" and not mp_utils.horovodrun_available():
-        pytest.skip("Horovod not installed")
-    run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
+    run = _launcher(launcher)
     t = time.time()
     p = run([WORKER, "--out", tmp_path, "--mode", "raise"], timeout=90)
     assert p.returncode != 0
@@ -101,9 +96,7 @@ def test_failing_rank_ends_job_quickly(tmp_path, launcher):
 
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 def test_all_gather_list_small_and_10mb(tmp_path, launcher):
-    if launcher == "horovod" and not mp_utils.horovodrun_available():
-        pytest.skip("Horovod not installed")
-    run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
+    run = _launcher(launcher)
     mp_utils.check(run([WORKER, "--out", tmp_path, "--mode", "gather"], timeout=120))
     for r in range(2):
         res = json.load(open(tmp_path / f"gather{r}.json"))
