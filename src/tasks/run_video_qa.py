@@ -1,0 +1,172 @@
+"""Video QA (TGIF-QA frameqa/action/transition, MSRVTT-QA): training and ``--do_inference 1``.
+
+    horovodrun -np 2 python src/tasks/run_video_qa.py --config configs/demo_qa_frameqa.json
+    python src/tasks/run_video_qa.py --do_inference 1 --output_dir RUN --inference_model_step -1 \
+        --inference_txt_db data/demo/txt/frameqa_test.jsonl --inference_img_db data/demo/vis_db \
+        --inference_n_clips 1
+
+Training runs the shared engine (src/training/engine.py); validation reports ``overall_acc`` (the
+main metric) and, for frameqa/msrvtt_qa, ``{answer_type}_acc``; action/transition report the
+5-way multiple-choice accuracy as ``overall_acc``. Inference writes ClipBERT's QA result layout::
+
+    {output_dir}/results_{stem(inference_txt_db)}/step_{N}_{n_clips}_{agg}/
+        raw_args.json  merged_args.json  results_rank{r}.json  results_all.json  scores.json
+
+``results_all.json`` is ``[{question_id, answer, data}]`` (answer = label index for open-ended tasks,
+option index for action/transition; data = the annotation). Differences from ClipBERT (bugs):
+
+* only the model-defining keys of the trained run's ``log/args.json`` are applied
+  (src.config.MODEL_KEYS); ``output_dir`` and every CLI inference setting stay as given;
+* the task comes from the trained run, so ``--config`` is optional at inference;
+* an unlabeled annotation file (no ``answer``) gets predictions and no ``scores.json`` (ClipBERT
+  crashed computing scores); a notice says so.
+"""
+import json
+import logging
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a script: make `src` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import src.compat.hvd as hvd  # noqa: E402
+from src.datasets.build import build_qa_datasets  # noqa: E402
+from src.datasets.dataset_video_qa import OPEN_ENDED_QA  # noqa: E402
+from src.datasets.jsonl import load_json  # noqa: E402
+from src.evaluation.qa import eval_qa, gather_qa_results  # noqa: E402
+from src.modeling.heads import aggregate_clip_logits, lse_loss  # noqa: E402
+from src.tasks.common import ClipBertTask, forward_clips, main, write_json  # noqa: E402
+from src.utils.distributed import all_gather_list  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+
+class VideoQATask(ClipBertTask):
+    """The engine's Task for frameqa / msrvtt_qa (open-ended) and action / transition (5-way)."""
+    main_metric = "overall_acc"
+
+    def __init__(self):
+        self._val = None
+
+    def build_train_data(self, cfg):
+        return build_qa_datasets(cfg, "train")
+
+    def qa_loader(self, cfg, split):
+        """(dataset, loader) over ``split`` ("val" or "inference"), sharded over ranks in order."""
+        ds, collate = build_qa_datasets(cfg, split)
+        bs = cfg.inference_batch_size if split == "inference" else cfg.val_batch_size
+        return ds, self.build_eval_loader(ds, collate, cfg, bs)
+
+    def evaluate(self, model, cfg, global_step):
+        if self._val is None:  # built once: tokenizer, LMDB, annotations
+            self._val = self.qa_loader(cfg, "val")
+        ds, loader = self._val
+        preds, loss_sum, n_loss = predict(model, loader, cfg, debug=cfg.debug)
+        return qa_metrics(ds, cfg, preds, loss_sum, n_loss)
+
+    def run_inference(self, cfg):
+        """Predictions of every question of ``inference_txt_db`` (+ scores when it has answers)."""
+        model, res_dir = self.prepare_inference(cfg, prefix="results")
+        cfg.data_ratio = 1.0  # as ClipBERT: inference answers the whole file
+        ds, loader = self.qa_loader(cfg, "inference")
+        rank = hvd.rank()
+        logger.info("inference: task %s, %d questions of %s on %d process(es)", cfg.task,
+                    len(ds.qid2data), cfg.inference_txt_db, hvd.size())
+        local, _, _ = predict(model, loader, cfg)
+        for p in local:
+            p["data"] = ds.qid2data[p["question_id"]]
+        write_json(os.path.join(res_dir, f"results_rank{rank}.json"), local)
+        results = sorted(gather_qa_results(local), key=lambda p: p["question_id"])
+        scores = None
+        if ds.return_label:
+            scores = round_scores(eval_qa(results, ground_truth(ds), label2ans_for(cfg)))
+        if rank == 0:
+            write_json(os.path.join(res_dir, "merged_args.json"), cfg.to_dict())
+            write_json(os.path.join(res_dir, "results_all.json"), results)
+            if scores is not None:
+                write_json(os.path.join(res_dir, "scores.json"), scores)
+                logger.info("inference scores on %s: %s -> %s", cfg.inference_txt_db, json.dumps(scores),
+                            res_dir)
+            else:
+                logger.warning("inference: %s has no answers (unlabeled); wrote %d predictions to %s and "
+                               "no scores.json", cfg.inference_txt_db, len(results),
+                               os.path.join(res_dir, "results_all.json"))
+        return res_dir, results, scores
+
+
+@torch.no_grad()
+def predict(model, loader, cfg, debug=False):
+    """This rank's ``[{question_id, answer}]`` and the summed loss / count over labeled questions.
+
+    Clip logits are pooled with ``score_agg_func`` (lse: logsumexp), answer = argmax.
+    """
+    preds, loss_sum, n_loss = [], 0.0, 0
+    for i, batch in enumerate(loader):
+        if batch is None:
+            continue
+        stacked = forward_clips(model, batch, cfg.inference_n_clips, cfg.num_frm).float()
+        logits = aggregate_clip_logits(stacked, cfg.score_agg_func)
+        answers = logits.argmax(dim=-1).tolist()
+        preds.extend({"question_id": q, "answer": int(a)} for q, a in zip(batch["question_ids"], answers))
+        labels = batch.get("labels")
+        if labels is not None:
+            keep = labels != -100  # answers unseen in training: no loss, counted wrong
+            if keep.any():
+                if cfg.score_agg_func == "lse":
+                    losses = lse_loss(stacked[:, keep], labels[keep])
+                else:
+                    losses = F.cross_entropy(logits[keep], labels[keep], reduction="none")
+                loss_sum += float(losses.sum())
+                n_loss += int(keep.sum())
+        if debug and i >= 4:  # ClipBERT's debug mode: 5 validation batches
+            break
+    return preds, loss_sum, n_loss
+
+
+def ground_truth(dataset):
+    """{question_id: {answer, answer_type}} from the dataset's annotations."""
+    return {q: {"answer": d["answer"], "answer_type": d.get("answer_type")}
+            for q, d in dataset.qid2data.items()}
+
+
+def label2ans_for(cfg):
+    """{label: answer} for open-ended tasks (predictions are compared as strings), else None."""
+    if cfg.task not in OPEN_ENDED_QA:
+        return None
+    return {int(v): k for k, v in load_json(cfg.ans2label_path).items()}
+
+
+def qa_metrics(dataset, cfg, local_preds, loss_sum=0.0, n_loss=0):
+    """Collective: {overall_acc, <type>_acc..., ratios, loss} over every rank's predictions."""
+    preds = gather_qa_results(local_preds)
+    parts = all_gather_list((loss_sum, n_loss))
+    metrics = eval_qa(preds, ground_truth(dataset), label2ans_for(cfg))
+    total = sum(n for _, n in parts)
+    if total:
+        metrics["loss"] = sum(s for s, _ in parts) / total
+    return metrics
+
+
+def round_scores(d):
+    """ClipBERT's scores.json: percentages with 2 decimals, ratios [fraction, count]."""
+    return {k: (round_scores(v) if isinstance(v, dict) else
+                [round(v[0], 4), v[1]] if isinstance(v, list) else round(v, 2)) for k, v in d.items()}
+
+
+def limit_cpu_threads():
+    """Under a launcher with several processes per machine and no OMP_NUM_THREADS, give each process
+    its share of the cores (torch would start one thread per core in every process)."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    for key in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
+        if os.environ.get(key, "").isdigit() and int(os.environ[key]) > 1:
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ[key])))
+            return
+
+
+if __name__ == "__main__":
+    limit_cpu_threads()
+    sys.exit(main("video_qa", VideoQATask))
