@@ -38,10 +38,12 @@ def _get(cfg, key, default=None):
 
 
 def load_tokenizer(tokenizer_dir):
-    """BertTokenizerFast from a local directory (vocab.txt / tokenizer.json)."""
+    """BertTokenizerFast from a local directory (vocab.txt / tokenizer.json); ``pkg:`` paths allowed."""
     from transformers import BertTokenizerFast
+    from src.modeling.pretrained_paths import resolve_path
     if not tokenizer_dir:
         raise ValueError("config key tokenizer_dir is missing; point it at a folder with vocab.txt")
+    tokenizer_dir = resolve_path(tokenizer_dir)
     try:
         return BertTokenizerFast.from_pretrained(tokenizer_dir)
     except Exception as e:

@@ -70,11 +70,14 @@ class PrefetchLoader:
     and call `dataset.end_of_pass()` after each pass (per-epoch bad-video summary; evaluation
     raises BadVideosError unless skip_bad_videos).
 
-    Args: loader, img_norm (ImageNorm or None), device (default: cuda if available else cpu).
+    Args: loader, img_norm (ImageNorm or None), device (default: cuda if available else cpu),
+    yield_empty: yield None for such a batch instead of skipping it (training: the engine then
+    runs a zero-loss micro-step so every rank does the same number of steps).
     """
 
-    def __init__(self, loader, img_norm=None, device=None):
+    def __init__(self, loader, img_norm=None, device=None, yield_empty=False):
         self.loader, self.img_norm = loader, img_norm
+        self.yield_empty = bool(yield_empty)
         self.device = torch.device(device) if device is not None else (
             torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
         self.dataset = getattr(loader, "dataset", None)
@@ -105,7 +108,7 @@ class PrefetchLoader:
         else:
             for batch in self.loader:
                 batch = self._prepare(batch)
-                if batch is not None:
+                if batch is not None or self.yield_empty:
                     yield batch
         if hasattr(self.dataset, "end_of_pass"):
             self.dataset.end_of_pass()
@@ -118,7 +121,10 @@ class PrefetchLoader:
                 cur = self._prepare(batch)
             if nxt is not None:
                 yield nxt
+                nxt = None
             if cur is None:
+                if self.yield_empty:
+                    yield None
                 continue
             torch.cuda.current_stream(self.device).wait_stream(stream)
             for v in cur.values():

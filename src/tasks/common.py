@@ -1,0 +1,174 @@
+"""What every task entry point shares: per-clip forwards, a base :class:`ClipBertTask`, loaders, ``main``.
+
+ClipBERT copied this into every ``run_*.py``; here a task script subclasses :class:`ClipBertTask`
+(datasets, evaluation, inference) and calls :func:`main`; the engine (src.training.engine) runs the loop.
+
+* :func:`forward_clips` splits ``visual_inputs`` (B, n_clips*num_frm, 3, H, W) into clips and runs one
+  model forward per clip (ClipBERT), returning stacked logits (n_clips, N, C).
+* :class:`ClipBertTask`: ``build_model``, the training forward (pooled over clips with
+  ``clip_aggregated_loss``; lse = ClipBERT's lse loss), the PrefetchLoader wrapping (normalisation on
+  the device; ``None`` for a batch whose videos all failed, so ranks stay in step), eval loaders that
+  shard across ranks without duplicates, and the inference bookkeeping (stored model config,
+  checkpoint, result directory, ``raw_args.json`` / ``merged_args.json``).
+* :func:`main`: parse the config (exit 2 on a bad value), train or ``--do_inference 1``, exit 1 with
+  one line on a user-fixable error.
+"""
+import copy
+import json
+import logging
+import os
+import sys
+
+import torch
+from torch.utils.data import DataLoader
+
+import src.compat.hvd as hvd
+from src.config import parse_args_or_exit
+from src.datasets.loaders import PrefetchLoader, build_img_norm
+from src.modeling.build import build_model
+from src.modeling.heads import aggregate_clip_logits, clip_aggregated_loss
+from src.training.engine import Task, Trainer
+from src.utils.logger import setup_logging
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["forward_clips", "clip_logits", "unwrap_model", "shard_indices", "ClipBertTask", "main",
+           "write_json"]
+
+
+def unwrap_model(model):
+    """The ClipBert module behind DDP-style ``.module`` wrappers (for ``model.head``)."""
+    while hasattr(model, "module") and not hasattr(model, "head"):
+        model = model.module
+    return model
+
+
+def forward_clips(model, batch, n_clips, num_frm):
+    """One forward per clip -> logits stacked (n_clips, N, C) (for MC heads (n_clips, B, n_options)).
+
+    ``batch["visual_inputs"]`` is (B, n_clips*num_frm, 3, H, W), clips concatenated along T (batch
+    contract). Labels are not passed to the per-clip forwards (ClipBERT computed and discarded them).
+    """
+    vis = batch["visual_inputs"]
+    if vis.dim() != 5 or vis.shape[1] != n_clips * num_frm:
+        raise ValueError(f"visual_inputs has shape {tuple(vis.shape)}, expected (B, n_clips*num_frm="
+                         f"{n_clips}*{num_frm}, 3, H, W); check train_n_clips/inference_n_clips and num_frm")
+    logits = []
+    for k in range(n_clips):
+        clip = dict(batch)
+        clip["visual_inputs"] = vis[:, k * num_frm:(k + 1) * num_frm]
+        clip["labels"] = None
+        logits.append(model(clip)["logits"])
+    return torch.stack(logits)
+
+
+def clip_logits(model, batch, n_clips, num_frm, agg):
+    """Clip-aggregated logits (N, C): mean / max / logsumexp (lse) over clips."""
+    return aggregate_clip_logits(forward_clips(model, batch, n_clips, num_frm), agg)
+
+
+def shard_indices(n, rank, world):
+    """Indices ``rank::world`` of ``range(n)``: every item on exactly one rank (no sampler padding)."""
+    return list(range(rank, n, world))
+
+
+def write_json(path, obj, indent=4):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=indent, default=str)
+
+
+class ClipBertTask(Task):
+    """Base task over ClipBert: subclasses give ``build_train_data``, ``evaluate`` and ``run_inference``."""
+
+    main_metric = "loss"
+
+    # -- model / training --------------------------------------------------------------------
+    def build_model(self, cfg):
+        return build_model(cfg)
+
+    def img_norm(self, cfg):
+        if cfg.img_pixel_mean is None or cfg.img_pixel_std is None:
+            raise ValueError("img_pixel_mean and img_pixel_std must be set (3 values each), e.g. "
+                             "[123.675, 116.28, 103.53] and [1, 1, 1]")
+        return build_img_norm(cfg.img_pixel_mean, cfg.img_pixel_std)
+
+    def wrap_train_loader(self, loader, cfg, device):
+        return PrefetchLoader(loader, self.img_norm(cfg), device, yield_empty=True)
+
+    def forward_train(self, model, batch, cfg):
+        stacked = forward_clips(model, batch, cfg.train_n_clips, cfg.num_frm)
+        return clip_aggregated_loss(stacked, batch["labels"], cfg.score_agg_func,
+                                    unwrap_model(model).head.calc_loss)
+
+    # -- evaluation helpers ------------------------------------------------------------------
+    def device(self):
+        if torch.cuda.is_available():
+            return torch.device("cuda", hvd.local_rank())
+        return torch.device("cpu")
+
+    def build_eval_loader(self, dataset, collate_fn, cfg, batch_size, indices=None):
+        """PrefetchLoader over ``dataset[indices]`` (default: this rank's ``shard_indices``), in order,
+        normalised on the device. Batches whose videos all failed are skipped (evaluation only)."""
+        if indices is None:
+            indices = shard_indices(len(dataset), hvd.rank(), hvd.size())
+        loader = DataLoader(dataset, batch_size=batch_size, sampler=indices, collate_fn=collate_fn,
+                            num_workers=cfg.n_workers, pin_memory=bool(cfg.pin_mem) and torch.cuda.is_available(),
+                            drop_last=False)
+        return PrefetchLoader(loader, self.img_norm(cfg), self.device())
+
+    # -- inference ---------------------------------------------------------------------------
+    def prepare_inference(self, cfg, prefix="results"):
+        """Stored model config applied (CLI inference settings kept), checkpoint resolved, model
+        loaded; writes ``raw_args.json`` / ``merged_args.json`` into the result dir (rank 0).
+
+        Returns ``(model, result_dir)``.
+        """
+        from src.training.inference import (inference_result_dir, load_trained_model,
+                                            prepare_inference_config)
+        if not cfg.get("output_dir"):
+            raise ValueError("--output_dir must point at the training run to run inference from")
+        if not cfg.inference_txt_db:
+            raise ValueError("--inference_txt_db is not set: give the annotation file to run inference on")
+        raw = copy.deepcopy(cfg.to_dict())
+        prepare_inference_config(cfg)
+        model = load_trained_model(cfg, self)
+        result_dir = inference_result_dir(cfg, prefix=prefix)
+        if hvd.rank() == 0:
+            write_json(os.path.join(result_dir, "raw_args.json"), raw)
+            write_json(os.path.join(result_dir, "merged_args.json"), cfg.to_dict())
+        logger.info("inference: step %d, %d clip(s), %s aggregation, results -> %s",
+                    cfg.inference_model_step, cfg.inference_n_clips, cfg.score_agg_func, result_dir)
+        return model, result_dir
+
+    def run_inference(self, cfg):  # required for --do_inference 1
+        raise NotImplementedError
+
+
+_USER_ERRORS = (FileNotFoundError, ValueError, KeyError)
+
+
+def main(task_name, task_cls, argv=None):
+    """Entry point: ``python src/tasks/run_x.py --config c.json [--key value ...]``.
+
+    Trains (engine) unless ``--do_inference 1``; returns the process exit status: 0 ok, 1 a
+    user-fixable error (one line on stderr; set CLIPBERT_TRACEBACK=1 for the traceback),
+    2 a bad config value.
+    """
+    cfg = parse_args_or_exit(task_name, argv)
+    setup_logging()
+    task = task_cls()
+    try:
+        if cfg.do_inference:
+            with torch.no_grad():
+                task.run_inference(cfg)
+        else:
+            summary = Trainer(cfg, task).train()
+            logger.info("done: %s", json.dumps(summary, default=str))
+    except _USER_ERRORS as e:
+        if os.environ.get("CLIPBERT_TRACEBACK"):
+            raise
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {type(e).__name__}: {msg}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,84 @@
+"""MSRVTT multiple choice (ClipBERT's ``run_msrvtt_mc.py``): inference only, with a retrieval model.
+
+Each question is a video with 5 candidate captions; the retrieval head scores every (video, caption)
+pair and the best-scoring option is the answer::
+
+    python src/tasks/run_msrvtt_mc.py --config configs/demo_ret.json --do_inference 1 \
+        --output_dir output/demo_ret --inference_model_step -1 \
+        --inference_txt_db data/demo/txt/mc_test.jsonl --inference_img_db data/demo/vis_db
+
+writes ``output_dir/mc_results_{stem(txt_db)}/step_{N}_{nclips}_{agg}/``: ``raw_args.json``,
+``merged_args.json``, ``mc_test_results.json`` ({qid: option index}) and ``mc_test_scores.json``
+({"mc_accuracy": "xx.xx"}, a string as in ClipBERT). Question ids are JSON string keys on every
+rank (ClipBERT mixed int and str keys and its accuracy assert failed on several GPUs).
+"""
+import logging
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a script: python src/tasks/run_msrvtt_mc.py
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import src.compat.hvd as hvd  # noqa: E402
+from src.datasets.build import build_mc_dataset  # noqa: E402
+from src.datasets.dataset_mc import N_OPTIONS  # noqa: E402
+from src.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions  # noqa: E402
+from src.tasks.common import ClipBertTask, clip_logits, main, unwrap_model, write_json  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+
+class MSRVTTMCTask(ClipBertTask):
+    main_metric = "mc_accuracy"
+
+    def build_train_data(self, cfg):
+        raise ValueError("msrvtt_mc is inference only: train with src/tasks/run_video_retrieval.py and "
+                         "run this with --do_inference 1 on that run's output_dir")
+
+    def evaluate(self, model, cfg, global_step):
+        raise ValueError("msrvtt_mc is inference only (use --do_inference 1)")
+
+    def predict(self, model, loader, cfg):
+        """{str(qid): option index} of all ranks."""
+        head = unwrap_model(model).head
+        local = {}
+        for batch in loader:
+            if batch is None:
+                continue
+            logits = clip_logits(model, batch, cfg.inference_n_clips, cfg.num_frm, cfg.score_agg_func)
+            scores = head.scores(logits) if hasattr(head, "scores") else logits.float()
+            pred = scores.reshape(-1, N_OPTIONS).argmax(-1).tolist()
+            for qid, p in zip(batch["question_ids"], pred):
+                local[str(qid)] = int(p)
+        return gather_mc_predictions(local)
+
+    def run_inference(self, cfg):
+        model, result_dir = self.prepare_inference(cfg, prefix="mc_results")
+        ds, collate = build_mc_dataset(cfg, "inference")
+        loader = self.build_eval_loader(ds, collate, cfg, batch_size=cfg.inference_batch_size)
+        preds = self.predict(model, loader, cfg)
+        gts = {str(d["qid"]): d["answer"] for d in ds.datalist}
+        if len(gts) != len(ds.datalist):
+            raise ValueError(f"{cfg.inference_txt_db}: question ids (qid) are not unique")
+        missing = sorted(set(gts) - set(preds))
+        if missing and not cfg.skip_bad_videos:
+            raise RuntimeError(f"msrvtt_mc: {len(missing)} question(s) got no prediction, e.g. {missing[:5]}")
+        scores = None
+        if all(v is not None for v in gts.values()):
+            acc = eval_mc(preds, {k: int(v) for k, v in gts.items()})["mc_accuracy"]
+            scores = {"mc_accuracy": format_mc_accuracy(acc)}
+        if hvd.rank() == 0:
+            write_json(os.path.join(result_dir, "mc_test_results.json"), preds)
+            if scores is not None:
+                write_json(os.path.join(result_dir, "mc_test_scores.json"), scores)
+                logger.info("msrvtt_mc on %s: %d questions, accuracy %s%% (chance %.0f%%) -> %s",
+                            cfg.inference_txt_db, len(preds), scores["mc_accuracy"], 100.0 / N_OPTIONS,
+                            result_dir)
+            else:
+                logger.info("msrvtt_mc on %s: %d predictions (no answers to score) -> %s",
+                            cfg.inference_txt_db, len(preds), result_dir)
+        return scores
+
+
+if __name__ == "__main__":
+    sys.exit(main("msrvtt_mc", MSRVTTMCTask))

@@ -1,0 +1,98 @@
+"""Text-to-video retrieval (ClipBERT's ``run_video_retrieval.py``): training and ``--do_inference 1``.
+
+Train (validation = full text x video retrieval on ``val_datasets[0]``, best checkpoint on
+``text2video_r1``)::
+
+    horovodrun -np 2 python src/tasks/run_video_retrieval.py --config configs/demo_ret.json \
+        --output_dir output/demo_ret
+
+Inference (ClipBERT's result layout under ``output_dir/results_{stem(txt_db)}/step_{N}_{nclips}_{agg}/``:
+``raw_args.json``, ``merged_args.json``, ``results.json`` [{vid_id, txt_id, score}], ``scores.json``
+{text2video, video2text})::
+
+    python src/tasks/run_video_retrieval.py --config configs/demo_ret.json --do_inference 1 \
+        --output_dir output/demo_ret --inference_model_step -1 \
+        --inference_txt_db data/demo/txt/retrieval_test.jsonl --inference_img_db data/demo/vis_db \
+        --inference_n_clips 1
+
+Every caption is scored against every video; videos are sharded across ranks and the scores
+gathered. Differences from ClipBERT: each video is decoded once per caption chunk (ClipBERT once per
+caption row), validation reports the retrieval metrics themselves (ClipBERT's ITM val loss/acc used
+identical clips), only model-defining keys come from the stored run (CLI inference settings such as
+``score_agg_func``/``num_frm`` are kept), ranks are pessimistic on ties (src.evaluation.retrieval).
+"""
+import logging
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a script: python src/tasks/run_video_retrieval.py
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import src.compat.hvd as hvd  # noqa: E402
+from src.datasets.build import build_retrieval_datasets  # noqa: E402
+from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results  # noqa: E402
+from src.tasks.common import ClipBertTask, clip_logits, main, unwrap_model, write_json  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+
+def retrieval_shard(dataset, rank, world):
+    """Item indices of this rank: all caption chunks of every ``world``-th video (in order)."""
+    vid_pos = {v: i for i, v in enumerate(dataset.vid_ids)}
+    return [i for i, (v, _) in enumerate(dataset.items) if vid_pos[v] % world == rank]
+
+
+def score_retrieval(model, loader, cfg):
+    """``[{vid_id, txt_id, score}]`` of all ranks (every rank gets the full list)."""
+    head = unwrap_model(model).head
+    local = []
+    for batch in loader:
+        if batch is None:
+            continue
+        logits = clip_logits(model, batch, cfg.inference_n_clips, cfg.num_frm, cfg.score_agg_func)
+        scores = head.scores(logits).tolist()
+        local.extend(dict(vid_id=batch["vid_id"], txt_id=c, score=s)
+                     for c, s in zip(batch["caption_ids"], scores))
+    return gather_retrieval_results(local)
+
+
+class RetrievalTask(ClipBertTask):
+    main_metric = "text2video_r1"
+
+    def __init__(self):
+        self._val = None
+
+    def build_train_data(self, cfg):
+        return build_retrieval_datasets(cfg, "train")
+
+    def retrieval_loader(self, dataset, collate_fn, cfg):
+        return self.build_eval_loader(dataset, collate_fn, cfg, batch_size=1,
+                                      indices=retrieval_shard(dataset, hvd.rank(), hvd.size()))
+
+    def evaluate(self, model, cfg, global_step):
+        if self._val is None:  # built once: tokenizer + LMDB + caption chunks
+            ds, collate = build_retrieval_datasets(cfg, "val")
+            self._val = (ds, self.retrieval_loader(ds, collate, cfg))
+        ds, loader = self._val
+        return eval_retrieval(score_retrieval(model, loader, cfg), ds.gt_cap_id2vid_id)
+
+    def run_inference(self, cfg):
+        model, result_dir = self.prepare_inference(cfg, prefix="results")
+        ds, collate = build_retrieval_datasets(cfg, "inference")
+        results = score_retrieval(model, self.retrieval_loader(ds, collate, cfg), cfg)
+        metrics = eval_retrieval(results, ds.gt_cap_id2vid_id)
+        if hvd.rank() == 0:
+            write_json(os.path.join(result_dir, "results.json"),
+                       [dict(vid_id=r["vid_id"], txt_id=r["txt_id"], score=round(r["score"], 4))
+                        for r in results], indent=None)
+            write_json(os.path.join(result_dir, "scores.json"), metrics)
+            t2v, v2t = metrics["text2video"], metrics["video2text"]
+            logger.info("inference on %s (%d captions x %d videos): text2video R@1 %.2f R@5 %.2f R@10 %.2f "
+                        "MedR %.1f; video2text R@1 %.2f R@5 %.2f R@10 %.2f -> %s", cfg.inference_txt_db,
+                        len(ds.gt_cap_id2vid_id), len(ds.vid_ids), t2v["r1"], t2v["r5"], t2v["r10"],
+                        t2v["medianR"], v2t["r1"], v2t["r5"], v2t["r10"], result_dir)
+        return metrics
+
+
+if __name__ == "__main__":
+    sys.exit(main("retrieval", RetrievalTask))
