@@ -58,7 +58,7 @@ def move_to_device(batch, device, non_blocking=True):
         return batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, dict):
         return {k: move_to_device(v, device, non_blocking) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], torch.Tensor):
+    if isinstance(batch, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in batch):
         return type(batch)(move_to_device(v, device, non_blocking) for v in batch)
     return batch
 

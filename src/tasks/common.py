@@ -148,6 +148,17 @@ class ClipBertTask(Task):
 _USER_ERRORS = (FileNotFoundError, ValueError, KeyError)
 
 
+def limit_cpu_threads():
+    """Under a launcher with several processes per machine and no OMP_NUM_THREADS, give each process
+    its share of the cores (torch would start one thread per core in every process)."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    for key in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
+        if os.environ.get(key, "").isdigit() and int(os.environ[key]) > 1:
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ[key])))
+            return
+
+
 def main(task_name, task_cls, argv=None):
     """Entry point: ``python src/tasks/run_x.py --config c.json [--key value ...]``.
 
@@ -155,6 +166,7 @@ def main(task_name, task_cls, argv=None):
     user-fixable error (one line on stderr; set CLIPBERT_TRACEBACK=1 for the traceback),
     2 a bad config value.
     """
+    limit_cpu_threads()
     cfg = parse_args_or_exit(task_name, argv)
     setup_logging()
     task = task_cls()

@@ -156,17 +156,5 @@ def round_scores(d):
                 [round(v[0], 4), v[1]] if isinstance(v, list) else round(v, 2)) for k, v in d.items()}
 
 
-def limit_cpu_threads():
-    """Under a launcher with several processes per machine and no OMP_NUM_THREADS, give each process
-    its share of the cores (torch would start one thread per core in every process)."""
-    if os.environ.get("OMP_NUM_THREADS"):
-        return
-    for key in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
-        if os.environ.get(key, "").isdigit() and int(os.environ[key]) > 1:
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ[key])))
-            return
-
-
 if __name__ == "__main__":
-    limit_cpu_threads()
     sys.exit(main("video_qa", VideoQATask))

@@ -39,6 +39,7 @@ from contextlib import nullcontext
 import torch
 
 import src.compat.hvd as hvd
+from src.datasets.loaders import move_to_device
 from src.optimization.param_groups import build_optimizer, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training.checkpoint import ModelSaver, TrainingRestorer, fp32_state_dict
@@ -163,16 +164,6 @@ def metric_mode(name, mode="auto"):
         return mode
     low = name.lower()
     return "min" if low.endswith("loss") or low.endswith("medianr") or low.endswith("meanr") else "max"
-
-
-def move_to_device(batch, device):
-    if torch.is_tensor(batch):
-        return batch.to(device, non_blocking=True) if batch.device != device else batch
-    if isinstance(batch, dict):
-        return type(batch)((k, move_to_device(v, device)) for k, v in batch.items())
-    if isinstance(batch, (list, tuple)) and any(torch.is_tensor(x) for x in batch):
-        return type(batch)(move_to_device(x, device) for x in batch)
-    return batch
 
 
 class Trainer:
