@@ -204,6 +204,8 @@ class Trainer:
             os.makedirs(self.ckpt_dir, exist_ok=True)
             setup_logging()
             self._log_handler = add_log_to_file(os.path.join(self.log_dir, "log.txt"))
+        else:  # as ClipBERT: progress lines from rank 0 only; other ranks still report warnings
+            logging.getLogger().setLevel(logging.WARNING)
         self.tb = make_tb_logger(self.log_dir, self.is_main)
         self.saver = ModelSaver(self.ckpt_dir) if self.is_main else None
         self.restorer = TrainingRestorer(self.ckpt_dir)
