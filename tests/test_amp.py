@@ -482,9 +482,10 @@ def test_several_backwards_with_loss_ids_sum_and_inf_in_one_skips():
 
 
 # --------------------------------------------------------------------------------------------- 14, 15
-def accumulate(level, k, delayed, x, y, steps=2, **kw):
+def accumulate(level, k, delayed, x, y, steps=2, bn=True, **kw):
+    """Master weights after `steps` optimizer steps of k micro-batches (loss / k) each."""
     torch.manual_seed(0)
-    m = mlp()
+    m = mlp(bn=bn)
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     m, opt = amp.initialize(m, opt, opt_level=level, verbosity=0, **kw)
     n = x.shape[0] // k
@@ -509,29 +510,13 @@ def test_delay_unscale_equals_non_delayed_accumulation(level, tol):
         assert torch.allclose(a, b, rtol=tol, atol=tol), (a - b).abs().max()
 
 
-def accumulate_plain(level, k, x, y, steps=2, delayed=True, **kw):
-    torch.manual_seed(0)
-    m = mlp(bn=False)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-    m, opt = amp.initialize(m, opt, opt_level=level, verbosity=0, **kw)
-    n = x.shape[0] // k
-    for _ in range(steps):
-        for i in range(k):
-            xb, yb = x[i * n:(i + 1) * n], y[i * n:(i + 1) * n]
-            with amp.scale_loss(loss_fn(m(xb), yb) / k, opt, delay_unscale=delayed and i < k - 1) as s:
-                s.backward()
-        opt.step()
-        opt.zero_grad()
-    return [p.detach().float().clone() for p in amp.master_params(opt)]
-
-
 @pytest.mark.parametrize("level,tol", [("O0", 1e-6), ("O2", 2e-2)])
 def test_delay_unscale_k_micro_batches_equals_one_k_times_batch(level, tol):
     x, y = data(n=24)
     kw = {"loss_scale": "dynamic"} if level == "O0" else {}
-    micro = accumulate_plain(level, 3, x, y, **kw)
+    micro = accumulate(level, 3, True, x, y, bn=False, **kw)
     amp._amp_state.__init__()
-    big = accumulate_plain(level, 1, x, y, **kw)
+    big = accumulate(level, 1, True, x, y, bn=False, **kw)
     for a, b in zip(micro, big):
         assert torch.allclose(a, b, rtol=tol, atol=tol), (a - b).abs().max()
 
