@@ -320,25 +320,18 @@ def _scalar(o, v, source, from_cli):
         elif isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)):
             return bool(v)
         raise _bad(o, v, source, "expected 0|1 (or true|false)")
-    if t is int:
+    if t in (int, float):
         if from_cli:
             try:
-                return int(v)
+                return t(v)
             except ValueError:
                 raise _bad(o, v, source) from None
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        raise _bad(o, v, source)
-    if t is float:
-        if from_cli:
-            try:
-                return float(v)
-            except ValueError:
-                raise _bad(o, v, source) from None
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _bad(o, v, source)
+        if t is float:
             return float(v)
+        if isinstance(v, int) or v.is_integer():
+            return int(v)
         raise _bad(o, v, source)
     if t is str:
         if isinstance(v, str):

@@ -515,6 +515,20 @@ def _process_optimizer(opt, properties):
 
 # ---------------------------------------------------------------------------------------------
 # initialize
+
+def _as_list(x, cls, what, single):
+    """(was_list, items) for a single ``cls`` instance or a list of them (None: no items)."""
+    if isinstance(x, cls):
+        return False, [x]
+    if x is None and cls is torch.optim.Optimizer:
+        return False, []
+    if not isinstance(x, list):
+        raise TypeError(f"{what} must be either a single {single} or a list of {what}.")
+    for o in x:
+        if not isinstance(o, cls):
+            raise TypeError(f"{what} must be {cls.__name__} instances, got {type(o).__name__}")
+    return True, x
+
 def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None,
                patch_torch_functions=None, keep_batchnorm_fp32=None, master_weights=None, loss_scale=None,
                cast_model_outputs=None, num_losses=1, verbosity=1, min_loss_scale=None,
@@ -558,29 +572,12 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
     _maybe_log("Processing user overrides; final options: %s", dict(props.options))
 
     # -- inputs ---------------------------------------------------------------------------------
-    if isinstance(optimizers, torch.optim.Optimizer):
-        optimizers_was_list, opt_list = False, [optimizers]
-    elif optimizers is None:
-        optimizers_was_list, opt_list = False, []
-    elif isinstance(optimizers, list):
-        optimizers_was_list, opt_list = True, optimizers
-    else:
-        raise TypeError("optimizers must be either a single optimizer or a list of optimizers.")
+    optimizers_was_list, opt_list = _as_list(optimizers, torch.optim.Optimizer, "optimizers", "optimizer")
     for o in opt_list:
-        if not isinstance(o, torch.optim.Optimizer):
-            raise TypeError(f"optimizers must be torch.optim.Optimizer instances, got {type(o).__name__}")
         if type(o).__name__ == "FP16_Optimizer":
             raise RuntimeError("amp.initialize does not accept apex FP16_Optimizer; pass the plain "
                                "torch optimizer instead.")
-    if isinstance(models, torch.nn.Module):
-        models_was_list, model_list = False, [models]
-    elif isinstance(models, list):
-        models_was_list, model_list = True, models
-    else:
-        raise TypeError("models must be either a single model or a list of models.")
-    for m in model_list:
-        if not isinstance(m, torch.nn.Module):
-            raise TypeError(f"models must be torch.nn.Module instances, got {type(m).__name__}")
+    models_was_list, model_list = _as_list(models, torch.nn.Module, "models", "model")
     for o in opt_list:
         if hasattr(o, "_amp_stash"):
             raise RuntimeError("A given optimizer should only be passed through amp.initialize once.")
