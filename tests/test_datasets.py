@@ -241,6 +241,22 @@ def test_eval_skip_bad_videos(mixed_store, tokenizer):
     assert [b["vid_id"] for b in out] == ["good2"]
 
 
+def test_every_collator_drops_failed_videos(demo, tokenizer):
+    """The shared prelude: failed items leave the batch, their records stay; all failed -> empty batch."""
+    from src.datasets.dataset_mc import VideoMCCollator
+    failed = {"vid": None, "bad_videos": [("k", "empty")]}
+    ds, _ = build_qa_datasets(_cfg(demo, "action"), "val")
+    ds_mc, _ = build_mc_dataset(_cfg(demo, "msrvtt_mc"), "val")
+    cases = [(VideoQACollator(tokenizer, 16, "action"), ds[0], 5), (VideoMCCollator(tokenizer, 16), ds_mc[0], 5),
+             (VideoRetrievalCollator(tokenizer, 16), build_retrieval_datasets(_cfg(demo), "train")[0][0],
+              None)]
+    for col, item, n_text in cases:
+        assert col([failed]) == {"visual_inputs": None, "n_examples_list": [], "bad_videos": [("k", "empty")]}
+        b = col.collate_batch([failed, item])
+        assert b["visual_inputs"].shape[0] == 1 and b["bad_videos"] == [("k", "empty")]
+        assert n_text is None or b["text_input_ids"].shape[0] == n_text
+
+
 def test_dataloader_two_workers_lmdb_and_set_epoch(demo, tokenizer):
     ds, col = build_retrieval_datasets(_cfg(demo, train_n_clips=1), "train")
     loader = build_dataloader(ds, col, batch_size=4, is_train=True, num_workers=2, seed=3)

@@ -1,4 +1,4 @@
-"""Tokenisation and visual stacking shared by the task collators (batch contract keys)."""
+"""Tokenisation, visual stacking and the bad-video prelude shared by the task collators."""
 import torch
 
 
@@ -23,3 +23,27 @@ def split_bad(batch):
 def empty_batch(bad):
     """What a collator returns when every video of the batch failed (evaluation with skipping)."""
     return {"visual_inputs": None, "n_examples_list": [], "bad_videos": bad}
+
+
+class CollatorBase:
+    """A task collator: drops the items whose video failed, returns :func:`empty_batch` when none is
+    left, else ``self.collate_items(items, bad)``. ``collate_batch`` is ClipBERT's method name.
+
+    Args: tokenizer (BertTokenizerFast), max_txt_len (incl. [CLS]/[SEP]).
+    """
+
+    def __init__(self, tokenizer, max_txt_len=20):
+        self.tokenizer, self.max_txt_len = tokenizer, int(max_txt_len)
+
+    def __call__(self, batch):
+        items, bad = split_bad(batch)
+        if not items:
+            return empty_batch(bad)
+        return self.collate_items(items, bad)
+
+    def collate_items(self, items, bad):
+        """The batch dict of ``items`` (all with a loaded video); ``bad`` = [(key, reason)]."""
+        raise NotImplementedError
+
+    def collate_batch(self, batch):
+        return self(batch)

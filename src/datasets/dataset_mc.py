@@ -3,7 +3,7 @@ import logging
 
 import torch
 
-from src.datasets.collate import empty_batch, split_bad, stack_visual, tokenize
+from src.datasets.collate import CollatorBase, stack_visual, tokenize
 from src.datasets.dataset_base import VideoDatasetBase
 
 logger = logging.getLogger(__name__)
@@ -47,20 +47,14 @@ class VideoMCDataset(VideoDatasetBase):
                     bad_videos=[] if frames is not None else [(d["vid_id"], reason)])
 
 
-class VideoMCCollator:
+class VideoMCCollator(CollatorBase):
     """Batch: visual_inputs (B, T, 3, S, S), text_input_ids/mask (B*5, L) (the options),
     labels (B,) long (correct option) or None, question_ids [qid], n_examples_list [5]*B, bad_videos.
 
     Args: tokenizer, max_txt_len.
     """
 
-    def __init__(self, tokenizer, max_txt_len=20):
-        self.tokenizer, self.max_txt_len = tokenizer, int(max_txt_len)
-
-    def __call__(self, batch):
-        items, bad = split_bad(batch)
-        if not items:
-            return empty_batch(bad)
+    def collate_items(self, items, bad):
         exs = [d["examples"][0] for d in items]
         ids, mask = tokenize(self.tokenizer, [o for e in exs for o in e["options_str_list"]], self.max_txt_len)
         labels = (torch.tensor([int(e["label"]) for e in exs], dtype=torch.long)
@@ -68,5 +62,3 @@ class VideoMCCollator:
         return dict(visual_inputs=stack_visual(items), text_input_ids=ids, text_input_mask=mask, labels=labels,
                     question_ids=[e["qid"] for e in exs], n_examples_list=[N_OPTIONS] * len(exs),
                     vid_ids=[d["vid_id"] for d in items], bad_videos=bad)
-
-    collate_batch = __call__

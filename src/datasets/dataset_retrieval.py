@@ -5,7 +5,7 @@ from collections import OrderedDict
 
 import torch
 
-from src.datasets.collate import empty_batch, split_bad, stack_visual, tokenize
+from src.datasets.collate import CollatorBase, stack_visual, tokenize
 from src.datasets.data_utils import flat_list_of_lists
 from src.datasets.dataset_base import VideoDatasetBase
 
@@ -109,7 +109,7 @@ class VideoRetrievalEvalDataset(VideoDatasetBase):
         return dict(vid=frames, examples=examples, n_examples=len(examples), vid_id=vid_id, bad_videos=bad)
 
 
-class VideoRetrievalCollator:
+class VideoRetrievalCollator(CollatorBase):
     """Batch for retrieval: visual_inputs (B, T, 3, S, S) float, text_input_ids/mask (ΣN, L) long,
     labels (ΣN,) long or None, caption_ids list or None, n_examples_list [N_i], vid_id (B == 1),
     bad_videos [(key, reason)].
@@ -117,13 +117,7 @@ class VideoRetrievalCollator:
     Args: tokenizer (BertTokenizerFast), max_txt_len (incl. [CLS]/[SEP]).
     """
 
-    def __init__(self, tokenizer, max_txt_len=20):
-        self.tokenizer, self.max_txt_len = tokenizer, int(max_txt_len)
-
-    def __call__(self, batch):
-        items, bad = split_bad(batch)
-        if not items:
-            return empty_batch(bad)
+    def collate_items(self, items, bad):
         texts = flat_list_of_lists([d["examples"] for d in items])
         ids, mask = tokenize(self.tokenizer, [t["text_str"] for t in texts], self.max_txt_len)
         labels = (torch.tensor([t["itm_label"] for t in texts], dtype=torch.long)
@@ -135,5 +129,3 @@ class VideoRetrievalCollator:
             out["vid_id"] = items[0]["vid_id"]
         out["vid_ids"] = [d["vid_id"] for d in items]
         return out
-
-    collate_batch = __call__

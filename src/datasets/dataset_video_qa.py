@@ -3,7 +3,7 @@ import logging
 
 import torch
 
-from src.datasets.collate import empty_batch, split_bad, stack_visual, tokenize
+from src.datasets.collate import CollatorBase, stack_visual, tokenize
 from src.datasets.data_utils import flat_list_of_lists
 from src.datasets.dataset_base import VideoDatasetBase
 
@@ -103,7 +103,7 @@ class VideoQADataset(VideoDatasetBase):
         return item
 
 
-class VideoQACollator:
+class VideoQACollator(CollatorBase):
     """Batch for QA: visual_inputs (B, T, 3, S, S); open-ended: text_input_ids/mask (B, L);
     action/transition: (B*5, L) of `q + " " + option_i`; labels (B,) long or None; question_ids;
     answer_types; n_examples_list (1 per question, 5 per question for 5-way); bad_videos.
@@ -112,13 +112,10 @@ class VideoQACollator:
     """
 
     def __init__(self, tokenizer, max_txt_len=20, task_type="frameqa", n_options=N_OPTIONS):
-        self.tokenizer, self.max_txt_len = tokenizer, int(max_txt_len)
+        super().__init__(tokenizer, max_txt_len)
         self.task_type, self.n_options = task_type, n_options
 
-    def __call__(self, batch):
-        items, bad = split_bad(batch)
-        if not items:
-            return empty_batch(bad)
+    def collate_items(self, items, bad):
         exs = flat_list_of_lists([d["examples"] for d in items])
         if self.task_type in MC_QA:
             texts = [e["q_str"] + " " + e["options_str_list"][i] for e in exs for i in range(self.n_options)]
@@ -133,5 +130,3 @@ class VideoQACollator:
                     labels=labels, question_ids=[e["question_id"] for e in exs],
                     answer_types=[e.get("answer_type") for e in exs], n_examples_list=n_list,
                     vid_ids=[d["vid_id"] for d in items], bad_videos=bad)
-
-    collate_batch = __call__

@@ -243,6 +243,8 @@ class Trainer:
             model, optimizer = amp.initialize(model, optimizer, opt_level="O2",
                                               keep_batchnorm_fp32=True, verbosity=0)
         self.model, self.optimizer = model, optimizer
+        # after amp.initialize (which may cast them): the parameters the per-step code touches
+        self._trainable = [p for p in model.parameters() if p.requires_grad]
         self.running_loss = RunningMeter("loss")
         self.sampler = ResumableDistributedSampler(self.n_examples, self.world, self.rank, shuffle=True,
                                                    seed=cfg.seed)
@@ -432,7 +434,7 @@ class Trainer:
             boundary = micro == accum
             if batch is None:  # nothing usable in this batch (e.g. every video undecodable):
                 # a zero-loss micro-step keeps accumulation and gradient hooks aligned across ranks
-                loss = sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
+                loss = sum(p.sum() for p in self._trainable) * 0.0
             else:
                 batch = move_to_device(batch, self.device)
                 n_ex += self.task.batch_size(batch)
@@ -453,12 +455,12 @@ class Trainer:
                 with self.amp.scale_loss(loss, opt, delay_unscale=not boundary) as scaled:
                     scaled.backward()
                     if boundary:
-                        zero_none_grad(model)
+                        zero_none_grad(self._trainable)
                         opt.synchronize()
             else:
                 loss.backward()
                 if boundary:
-                    zero_none_grad(model)
+                    zero_none_grad(self._trainable)
                     opt.synchronize()
             if not boundary:
                 continue

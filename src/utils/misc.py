@@ -14,14 +14,17 @@ def set_random_seed(seed):
         torch.cuda.manual_seed_all(seed)
 
 
-def zero_none_grad(model):
+def zero_none_grad(model_or_params):
     """Give every trainable parameter without a gradient a zero one.
 
     Parameters unused in a forward (e.g. a head not used by this batch) would otherwise leave
     ``.grad`` None; collective allreduce then sees different tensor sets on different ranks
     (a Horovod stall), and optimizers would skip them. Zero grads keep every rank in step.
+    Takes a module or an iterable of parameters (the engine passes its cached trainable list, so
+    the per-step call does not walk the module tree).
     """
-    for p in model.parameters():
+    params = model_or_params.parameters() if hasattr(model_or_params, "parameters") else model_or_params
+    for p in params:
         if p.requires_grad and p.grad is None:
             p.grad = torch.zeros_like(p)
 
