@@ -15,7 +15,8 @@ from src.preprocessing import make_demo_data as mdd
 def demo(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("demo"))
     assert mdd.main(["--output_dir", out, "--n_train", "40", "--n_val", "10", "--n_test", "12",
-                     "--img_size", "48", "--n_frames", "16", "--num_workers", "2"]) == 0
+                     "--img_size", "48", "--n_frames", "16", "--num_workers", "2",
+                     "--cnn_pretrain_steps", "20"]) == 0
     return out
 
 
@@ -37,6 +38,9 @@ def test_layout_and_stats(demo):
     assert len(store) == 62
     frames = decode_all_frames(store.get("demo_test_00000"))
     assert frames.shape == (16, 3, 48, 48)
+    # the command line also pretrains the demo CNN that the demo configs load
+    assert stats["cnn_pretrain"]["steps"] == 20 and stats["cnn_pretrain"]["n_train_videos"] == 40
+    assert os.path.isfile(os.path.join(demo, "pretrained", "cnn_tiny_grid.pth"))
 
 
 def test_annotation_fields_and_labels(demo):
@@ -48,6 +52,14 @@ def test_annotation_fields_and_labels(demo):
         assert r["answer"] in ans2label and r["answer_type"] in ("color", "object") and "gif_name" in r
     for r in _rows(demo, "action_val.jsonl"):
         assert len(r["options"]) == 5 and len(set(r["options"])) == 5 and 0 <= r["answer"] < 5
+    for split in ("train", "val", "test"):  # the CNN pretraining labels agree with every annotation
+        attrs = {r["clip_name"]: r for r in _rows(demo, f"attributes_{split}.jsonl")}
+        for r in _rows(demo, f"frameqa_{split}.jsonl"):
+            a = attrs[r["gif_name"]]
+            assert r["answer"] == (a["color"] if r["answer_type"] == "color" else a["shape"])
+        for r in _rows(demo, f"action_{split}.jsonl"):
+            assert r["options"][r["answer"]] == mdd.MOTION_OPTIONS[attrs[r["gif_name"]]["motion"]]
+        assert len(attrs) == len(_rows(demo, f"retrieval_{split}.jsonl"))
     for r, cap in zip(_rows(demo, "mc_test.jsonl"), ret):
         assert r["options"][r["answer"]].split()[1:3] == cap["caption"].split()[1:3]  # colour, shape
         assert len(set(r["options"])) == 5

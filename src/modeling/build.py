@@ -77,6 +77,22 @@ def _check_vocab(tokenizer_dir, config):
                              f"vocab_size is {config.vocab_size}; use a matching model_config")
 
 
+def _check_cnn_weights(path):
+    """A missing CNN weights file fails before the model is built, with the command that makes the
+    demo's one (``DATA/pretrained/cnn_tiny_grid.pth``, written by src.preprocessing.pretrain_demo_cnn)."""
+    if not path or os.path.isfile(resolve_path(path)):
+        return
+    hint = ("point cnn_weights_path at a detectron2/grid-feat/ClipBERT CNN checkpoint, or pass "
+            "--cnn_weights_path '' to start the CNN from random weights")
+    norm = os.path.normpath(path)
+    if norm.endswith(os.path.join("pretrained", "cnn_tiny_grid.pth")):
+        data_dir = os.path.dirname(os.path.dirname(norm)) or "."
+        hint = ("it is the demo's pretrained CNN: python -m src.preprocessing.pretrain_demo_cnn "
+                f"--data_dir {data_dir} (make_demo_data writes it too), or --cnn_weights_path '' "
+                "for a random CNN")
+    raise FileNotFoundError(f"cnn_weights_path {path!r} does not exist; {hint}")
+
+
 def build_model(cfg):
     """ClipBert from cfg keys: model_config, tokenizer_dir, bert_weights_path, e2e_weights_path,
     cnn_weights_path (alias detectron2_weights_path), cnn_type, freeze_cnn, grad_ckpt,
@@ -108,6 +124,7 @@ def build_model(cfg):
     transformer = ClipBertTransformer(config, head, grad_ckpt=grad_ckpt)
     model = ClipBert(cnn, transformer, head)
 
+    _check_cnn_weights(_get(cfg, "cnn_weights_path", _get(cfg, "detectron2_weights_path")))
     e2e = _get(cfg, "e2e_weights_path")
     if e2e:
         model.load_e2e_weights(e2e)

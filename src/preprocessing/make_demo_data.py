@@ -9,8 +9,11 @@ still; colour x shape x motion = 6 x 3 x 5 = 90 combinations. Output under --out
     txt/frameqa_{split}.jsonl        {question, answer, answer_type, gif_name}  (color + object)
     txt/action_{split}.jsonl         {question, options[5], answer:int, gif_name} (motion, 5-way)
     txt/mc_{split}.jsonl             {qid, clip_name, options[5 captions], answer:int} (val/test)
+    txt/attributes_{split}.jsonl     {clip_name, color, shape, motion}           (CNN pretraining labels)
     txt/ans2label.json               frameqa answers -> label ids
     stats.json                       sizes and chance baselines
+    pretrained/cnn_tiny_grid.pth     the demo's pretrained tiny grid CNN (src.preprocessing.pretrain_demo_cnn;
+                                     the command line does this step, ~1 min; --cnn_pretrain_steps 0 skips it)
 
 Val/test videos use distinct combinations (up to 90), so every caption matches one video.
 Motion is only visible across frames: the shape starts within a few pixels of the centre.
@@ -169,9 +172,10 @@ def _mc_caption_options(v):
 
 
 def annotations(videos, split):
-    ret, qa, action, mc = [], [], [], []
+    ret, qa, action, mc, attrs = [], [], [], [], []
     for qid, v in enumerate(videos):
         c, s, m, name = v["color"], v["shape"], v["motion"], v["clip_name"]
+        attrs.append(dict(clip_name=name, color=c, shape=s, motion=m))
         ret.append(dict(caption=caption_for(c, s, m, v["template"]), clip_name=name))
         qa.append(dict(question=f"what color is the {s}?", answer=c, answer_type="color", gif_name=name))
         qa.append(dict(question=f"what shape is the {c} object?", answer=s, answer_type="object",
@@ -182,7 +186,7 @@ def annotations(videos, split):
         if split != "train":
             options, answer = _mc_caption_options(v)
             mc.append(dict(qid=qid, clip_name=name, options=options, answer=answer))
-    return ret, qa, action, mc
+    return ret, qa, action, mc, attrs
 
 
 def _write_jsonl(path, rows):
@@ -222,7 +226,8 @@ def build_demo_data(output_dir, n_train=1800, n_val=90, n_test=90, seed=42, img_
         json.dump(ans2label, f, indent=1)
     train_qa_answers = Counter()
     for split, vids in splits.items():
-        ret, qa, action, mc = annotations(vids, split)
+        ret, qa, action, mc, attrs = annotations(vids, split)
+        _write_jsonl(os.path.join(txt_dir, f"attributes_{split}.jsonl"), attrs)
         _write_jsonl(os.path.join(txt_dir, f"retrieval_{split}.jsonl"), ret)
         _write_jsonl(os.path.join(txt_dir, f"frameqa_{split}.jsonl"), qa)
         _write_jsonl(os.path.join(txt_dir, f"action_{split}.jsonl"), action)
@@ -271,10 +276,18 @@ def main(argv=None):
     p.add_argument("--n_frames", type=int, default=30)
     p.add_argument("--fps", type=int, default=10)
     p.add_argument("--num_workers", type=int, default=2)
+    p.add_argument("--cnn_pretrain_steps", type=int, default=500,
+                   help="steps of the demo CNN pretraining (pretrained/cnn_tiny_grid.pth, which the demo "
+                        "configs load as cnn_weights_path); 0 skips it")
     a = p.parse_args(argv)
     try:
         stats = build_demo_data(a.output_dir, a.n_train, a.n_val, a.n_test, a.seed, a.img_size,
                                 a.n_frames, a.fps, a.num_workers)
+        if a.cnn_pretrain_steps > 0:
+            from src.preprocessing.pretrain_demo_cnn import pretrain_demo_cnn
+            stats["cnn_pretrain"] = pretrain_demo_cnn(a.output_dir, steps=a.cnn_pretrain_steps, seed=a.seed)
+            with open(os.path.join(a.output_dir, "stats.json"), "w") as f:
+                json.dump(stats, f, indent=1)
     except (ValueError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
