@@ -57,9 +57,11 @@ def encode_mp4(frames, fps=10, codec="libx264", size=None, gop=None, crf=20, pre
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         if codec == "libx264":
-            # one encoder thread: multi-threaded x264 output varies run to run (builds must be
-            # deterministic); the demo clips are tiny, so this costs nothing
-            stream.options = {"crf": str(crf), "preset": preset, "threads": "1"}
+            # builds must be deterministic: one encoder thread (threaded x264 output varies run to run)
+            # and x264's C code paths: with its SIMD (asm) paths 1-4 of the 1,980 demo clips came out
+            # differently from run to run even single-threaded (measured with this PyAV's x264).
+            # The demo clips are tiny, so both cost little.
+            stream.options = {"crf": str(crf), "preset": preset, "threads": "1", "x264-params": "asm=0"}
         else:
             stream.bit_rate = 4_000_000
         if gop:
