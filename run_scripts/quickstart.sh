@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # One command from a fresh clone to trained, evaluated models on CPU:
 #   1. set up .venv (torch, requirements, Horovod 0.28.1 built once and cached)
-#   2. build the synthetic demo dataset (mp4 clips in LMDB + ClipBERT-format annotations)
+#   2. build the synthetic demo dataset (mp4 clips in LMDB + ClipBERT-format annotations) and
+#      pretrain the demo's tiny grid CNN on it (the demo's stand-in for ClipBERT's pretrained ResNet)
 #   3. train text-to-video retrieval with `horovodrun -np 2`, 4. evaluate it on the test split
-#   5. train + evaluate frame QA the same way, 6. print a results table.
+#      (retrieval, and MSRVTT-MC-style multiple choice with the same model)
+#   5. train + evaluate frame QA, 6. train + evaluate action (5-way multiple-choice QA),
+#   7. print a results table.
 #
 #   QUICKSTART_FAST=1   reduced training (CI smoke run; numbers are not meaningful)
 #   QUICKSTART_NP=N     processes (default 2)
@@ -18,17 +21,20 @@ DATA=data/demo  # the demo configs read their annotations and videos from here
 T0=$(date +%s)
 step() { echo; echo "==> [$(date +%T), +$(( $(date +%s) - T0 ))s] $*"; }
 
-step "1/6 environment (.venv; the first run builds Horovod, ~5 min on 2 cores)"
+step "1/7 environment (.venv; the first run builds Horovod, ~5 min on 2 cores)"
 ./run_scripts/setup_env.sh
 PY="$REPO/.venv/bin/python"
 export PATH="$REPO/.venv/bin:$PATH" PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 
-step "2/6 synthetic demo data in $DATA"
+step "2/7 synthetic demo data and the pretrained demo CNN in $DATA"
 if [ -f "$DATA/stats.json" ]; then
   echo "reusing $DATA (delete it to rebuild)"
 else
   "$PY" -m src.preprocessing.make_demo_data --output_dir "$DATA"
+fi
+if [ ! -f "$DATA/pretrained/cnn_tiny_grid.pth" ]; then
+  "$PY" -m src.preprocessing.pretrain_demo_cnn --data_dir "$DATA"
 fi
 
 EXTRA=(--log_interval 10)
@@ -46,25 +52,33 @@ timed() {  # timed NAME cmd... : run, remember wall seconds in $OUT/NAME.wall
 }
 mkdir -p "$OUT"
 
-for run in demo_ret demo_qa_frameqa; do
+for run in demo_ret demo_qa_frameqa demo_qa_action; do
   if [ -d "$OUT/$run" ]; then echo "removing previous $OUT/$run"; rm -rf "$OUT/$run"; fi
 done
 
-step "3/6 train text-to-video retrieval (horovodrun -np $NP, configs/demo_ret.json)"
-timed ret_train "${HVD[@]}" "$PY" src/tasks/run_video_retrieval.py --config configs/demo_ret.json \
-  --output_dir "$OUT/demo_ret" "${EXTRA[@]}"
+infer() {  # infer WALL_NAME SCRIPT RUN TXT_DB: evaluate the last checkpoint of $OUT/RUN on TXT_DB
+  timed "$1" "${HVD[@]}" "$PY" "src/tasks/$2" --do_inference 1 --output_dir "$OUT/$3" \
+    --inference_model_step -1 --inference_txt_db "$DATA/txt/$4" --inference_img_db "$DATA/vis_db"
+}
+train() {  # train WALL_NAME SCRIPT CONFIG_PATH: train one config into $OUT/<config stem>
+  timed "$1" "${HVD[@]}" "$PY" "src/tasks/$2" --config "$3" --output_dir "$OUT/$(basename "$3" .json)" \
+    "${EXTRA[@]}"
+}
 
-step "4/6 retrieval inference on the test split"
-timed ret_infer "${HVD[@]}" "$PY" src/tasks/run_video_retrieval.py --do_inference 1 \
-  --output_dir "$OUT/demo_ret" --inference_model_step -1 \
-  --inference_txt_db "$DATA/txt/retrieval_test.jsonl" --inference_img_db "$DATA/vis_db"
+step "3/7 train text-to-video retrieval (horovodrun -np $NP, configs/demo_ret.json)"
+train ret_train run_video_retrieval.py configs/demo_ret.json
 
-step "5/6 train + evaluate frame QA (horovodrun -np $NP, configs/demo_qa_frameqa.json)"
-timed qa_train "${HVD[@]}" "$PY" src/tasks/run_video_qa.py --config configs/demo_qa_frameqa.json \
-  --output_dir "$OUT/demo_qa_frameqa" "${EXTRA[@]}"
-timed qa_infer "${HVD[@]}" "$PY" src/tasks/run_video_qa.py --do_inference 1 \
-  --output_dir "$OUT/demo_qa_frameqa" --inference_model_step -1 \
-  --inference_txt_db "$DATA/txt/frameqa_test.jsonl" --inference_img_db "$DATA/vis_db"
+step "4/7 retrieval and multiple-choice inference on the test split"
+infer ret_infer run_video_retrieval.py demo_ret retrieval_test.jsonl
+infer mc_infer run_msrvtt_mc.py demo_ret mc_test.jsonl
 
-step "6/6 results"
+step "5/7 train + evaluate frame QA (horovodrun -np $NP, configs/demo_qa_frameqa.json)"
+train qa_train run_video_qa.py configs/demo_qa_frameqa.json
+infer qa_infer run_video_qa.py demo_qa_frameqa frameqa_test.jsonl
+
+step "6/7 train + evaluate action, 5-way multiple-choice QA (horovodrun -np $NP, configs/demo_qa_action.json)"
+train action_train run_video_qa.py configs/demo_qa_action.json
+infer action_infer run_video_qa.py demo_qa_action action_test.jsonl
+
+step "7/7 results"
 "$PY" -m src.utils.quickstart_report --output_dir "$OUT" --data_dir "$DATA" --total_s $(( $(date +%s) - T0 ))

@@ -15,10 +15,14 @@ def test_quickstart_fast(tmp_path):
                        capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, f"{p.stdout[-5000:]}\n{p.stderr[-5000:]}"
     out = p.stdout
-    for s in ("1/6 environment", "2/6 synthetic demo data", "3/6 train text-to-video retrieval",
-              "4/6 retrieval inference", "5/6 train + evaluate frame QA", "6/6 results"):
+    for s in ("1/7 environment", "2/7 synthetic demo data", "3/7 train text-to-video retrieval",
+              "4/7 retrieval and multiple-choice inference", "5/7 train + evaluate frame QA",
+              "6/7 train + evaluate action", "7/7 results"):
         assert s in out
-    table = out.split("6/6 results", 1)[1]
+    table = out.split("7/7 results", 1)[1]
     assert "R@1" in table and "accuracy" in table and "tensorboard logs" in table
+    for row in ("retrieval (text->video)", "multiple choice (ret.)", "frame QA", "action (5-way QA)"):
+        assert row in table
+    assert list((tmp_path / "qs/demo_qa_action/results_action_test").glob("step_*/scores.json"))
     assert list((tmp_path / "qs/demo_ret/ckpt").glob("model_step_*.pt"))
     assert list((tmp_path / "qs/demo_ret/log").glob("events.out.tfevents.*"))

@@ -10,36 +10,55 @@ import os
 import sys
 
 
-def latest_scores(run_dir, txt_stem):
-    """``scores.json`` of the newest inference result directory for ``txt_stem``."""
-    paths = glob.glob(os.path.join(run_dir, f"results_{txt_stem}", "*", "scores.json"))
+def _newest(pattern, what):
+    paths = glob.glob(pattern)
     if not paths:
-        raise FileNotFoundError(f"no inference scores under {run_dir}/results_{txt_stem}/*/scores.json")
+        raise FileNotFoundError(f"no {what} under {pattern}")
     path = max(paths, key=os.path.getmtime)
     with open(path) as f:
         return json.load(f), path
 
 
-def _wall(out, name):
-    try:
-        with open(os.path.join(out, f"{name}.wall")) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
+def latest_scores(run_dir, txt_stem):
+    """``scores.json`` of the newest inference result directory for ``txt_stem``."""
+    return _newest(os.path.join(run_dir, f"results_{txt_stem}", "*", "scores.json"), "inference scores")
+
+
+def latest_mc_scores(run_dir, txt_stem="mc_test"):
+    """``mc_test_scores.json`` of the newest ``run_msrvtt_mc.py`` result directory."""
+    return _newest(os.path.join(run_dir, f"mc_results_{txt_stem}", "*", "mc_test_scores.json"),
+                   "multiple-choice scores")
+
+
+def _wall(out, *names):
+    total = 0
+    for name in names:
+        try:
+            with open(os.path.join(out, f"{name}.wall")) as f:
+                total += int(f.read().strip())
+        except (OSError, ValueError):
+            pass
+    return total or None
 
 
 def rows(out, data_dir):
+    """(task, metric, chance %, ours %, wall s) for every quickstart result, from the files on disk."""
     with open(os.path.join(data_dir, "stats.json")) as f:
         test = json.load(f)["test"]
     ret, _ = latest_scores(os.path.join(out, "demo_ret"), "retrieval_test")
+    mc, _ = latest_mc_scores(os.path.join(out, "demo_ret"))
     qa, _ = latest_scores(os.path.join(out, "demo_qa_frameqa"), "frameqa_test")
-    t_ret = sum(filter(None, (_wall(out, "ret_train"), _wall(out, "ret_infer"))))
-    t_qa = sum(filter(None, (_wall(out, "qa_train"), _wall(out, "qa_infer"))))
+    action, _ = latest_scores(os.path.join(out, "demo_qa_action"), "action_test")
     t2v = ret["text2video"]
     return [
-        ("retrieval (text->video)", "R@1", test["retrieval_r1_chance"], t2v["r1"], t_ret),
+        ("retrieval (text->video)", "R@1", test["retrieval_r1_chance"], t2v["r1"],
+         _wall(out, "ret_train", "ret_infer")),
         ("retrieval (text->video)", "R@5", test["retrieval_r5_chance"], t2v["r5"], None),
-        ("frame QA", "accuracy", test["frameqa_best_constant_acc"], qa["overall_acc"], t_qa),
+        ("multiple choice (ret.)", "accuracy", test["mc_chance_acc"], mc["mc_accuracy"], _wall(out, "mc_infer")),
+        ("frame QA", "accuracy", test["frameqa_best_constant_acc"], qa["overall_acc"],
+         _wall(out, "qa_train", "qa_infer")),
+        ("action (5-way QA)", "accuracy", test["action_majority_index_acc"], action["overall_acc"],
+         _wall(out, "action_train", "action_infer")),
     ]
 
 
@@ -58,7 +77,8 @@ def main(argv=None):
     for task, metric, chance, ours, wall in table:
         w = f"{wall}s" if wall else ""
         print(f"{task:<26}{metric:<10}{float(chance):>8.2f}%{float(ours):>8.2f}%{w:>8}")
-    print("(chance: random ranking for retrieval, best constant answer for QA; demo test split)")
+    print("(chance: random ranking for retrieval, 1 in 5 for multiple choice, best constant answer for frame QA,\n"
+          " most frequent answer index for action; demo test split)")
     if a.total_s is not None:
         print(f"total wall time: {a.total_s} s")
     print(f"tensorboard logs: {a.output_dir}/*/log   (tensorboard --logdir {a.output_dir})")
