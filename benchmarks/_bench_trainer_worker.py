@@ -9,19 +9,16 @@ import argparse
 import copy
 import json
 import os
-import sys
 import tempfile
 import time
 
+import torch
+from torch.utils.data import Dataset
+
+from src.config import parse_args
+from src.training.engine import Hook, Task, Trainer
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-
-import torch  # noqa: E402
-from torch.utils.data import Dataset  # noqa: E402
-
-from src.config import parse_args  # noqa: E402
-from src.training.engine import Hook, Task, Trainer  # noqa: E402
 
 # optimizer hyper-parameters shared by the engine config and the hand-written baseline loop
 OPT = dict(learning_rate=1e-4, cnn_learning_rate=1e-4, weight_decay=1e-3, cnn_weight_decay=1e-3,

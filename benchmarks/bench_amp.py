@@ -11,17 +11,14 @@ for O0 (fp32 everything) and O2 (fp16 model with fp32 BatchNorm, fp32 masters ow
     python benchmarks/bench_amp.py [--steps 20 --rounds 7 --threads 1]
 """
 import argparse
-import os
 import statistics
-import sys
 import time
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
-from src.compat import amp  # noqa: E402
+from src.compat import amp
 
 
 class TinyTransformer(nn.Module):

@@ -22,11 +22,14 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from src.datasets.decoder import (decode_clips, get_start_end_idx, open_container,  # noqa: E402
-                                  stream_info, temporal_sampling_indices)
-from src.preprocessing.make_demo_data import encode_mp4, render_video  # noqa: E402
+from src.datasets.decoder import (
+    decode_clips,
+    get_start_end_idx,
+    open_container,
+    stream_info,
+    temporal_sampling_indices,
+)
+from src.preprocessing.make_demo_data import encode_mp4, render_video
 
 FPS, NUM_FRM, N_CLIPS = 2, 2, 8
 

@@ -61,7 +61,6 @@ def run_case(args):
     """Child process: build, warm up, time ``steps`` fwd+bwd steps, print one JSON line."""
     import torch
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, REPO)
     from src.modeling.build import build_model
     torch.manual_seed(0)
     model_config = os.path.join(REPO, CONFIGS[args.case])

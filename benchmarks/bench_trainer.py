@@ -32,14 +32,13 @@ import sys
 import tempfile
 import time
 
+import torch
+from _bench_trainer_worker import BatchTask, StepTimer, engine_cfg
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+# before transformers is first imported (model building happens in functions below)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-import torch  # noqa: E402
-
-from benchmarks._bench_trainer_worker import BatchTask, StepTimer, engine_cfg  # noqa: E402
 
 MODELS = {"minilm": "configs/model/minilm_model.json", "tiny": "configs/model/tiny_model.json"}
 WORKER = os.path.join(REPO, "benchmarks", "_bench_trainer_worker.py")
@@ -148,9 +147,9 @@ def fixed_costs(template, batches, tmp, n=300):
     its DataLoader (resumable sampler + per-sample seeding), zero_none_grad, the loss statistics, and
     the TensorBoard scalars it logs each step (5 here; CPU of tensorboardX's writer threads included,
     calls spaced 2 ms apart as in training) and the tqdm update."""
+    from _bench_trainer_worker import BatchList, first
     from tqdm import tqdm
 
-    from benchmarks._bench_trainer_worker import BatchList, first
     from src.training.data import ResumableDistributedSampler, build_train_dataloader
     from src.utils.logger import make_tb_logger
     from src.utils.misc import zero_none_grad

@@ -24,8 +24,10 @@ PIP=("$VPY" -m pip --disable-pip-version-check)
 
 # Stamp = hash of everything that defines the env; unchanged stamp + importable packages => no-op.
 stamp_file="$VENV_DIR/.clipbert_env_stamp"
-want_stamp="$(cat "$REPO/requirements.txt" "$REPO/run_scripts/setup_env.sh" "$REPO/run_scripts/install_horovod.sh" | sha256sum | cut -c1-16)-$TORCH_SPEC-${SKIP_HOROVOD:-0}"
-if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ] \
+want_stamp="$(cat "$REPO/requirements.txt" "$REPO/pyproject.toml" "$REPO/run_scripts/setup_env.sh" "$REPO/run_scripts/install_horovod.sh" | sha256sum | cut -c1-16)-$TORCH_SPEC-${SKIP_HOROVOD:-0}"
+# the editable install must point at this checkout (a venv copied from another clone would not)
+project_here() { (cd / && "$VPY" -c "import os, sys, src; sys.exit(os.path.dirname(os.path.dirname(os.path.abspath(src.__file__))) != os.path.abspath(sys.argv[1]))" "$REPO") 2>/dev/null; }
+if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ] && project_here \
    && "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX" 2>/dev/null; then
   if [ "${SKIP_HOROVOD:-0}" = "1" ] || "$VPY" -c "import horovod.torch" 2>/dev/null; then
     log "environment up to date ($VENV_DIR)"
@@ -46,6 +48,12 @@ cons="$(mktemp)"; echo "torch==$tv" > "$cons"
 "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX, ujson, tqdm" \
   || { echo "[setup_env] ERROR: requirements did not install; see pip output above" >&2; exit 1; }
 rm -f "$cons"
+
+# The project itself, editable: `import src...` works from any directory and from
+# `python src/tasks/run_*.py` without path shims. --no-deps: requirements.txt pinned them above.
+log "installing the project (pip install -e $REPO)"
+"${PIP[@]}" install -q --no-deps -e "$REPO" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+project_here || { echo "[setup_env] ERROR: 'pip install -e $REPO' did not make the package importable; see pip output above" >&2; exit 1; }
 
 if [ "${SKIP_HOROVOD:-0}" != "1" ]; then
   VENV_DIR="$VENV_DIR" "$REPO/run_scripts/install_horovod.sh"

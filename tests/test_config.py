@@ -4,8 +4,17 @@ import logging
 
 import pytest
 
-from src.config import (ConfigError, Config, apply_stored_model_config, config_reference_markdown,
-                        parse_args, parse_args_or_exit, register_task, Option, task_options)
+from src.config import (
+    Config,
+    ConfigError,
+    Option,
+    apply_stored_model_config,
+    config_reference_markdown,
+    parse_args,
+    parse_args_or_exit,
+    register_task,
+    task_options,
+)
 
 
 def write(tmp_path, d, name="c.json"):
@@ -229,6 +238,7 @@ def test_legacy_clipbert_configs_parse(tmp_path, caplog):
 
 def test_env_overrides_are_appended_last(monkeypatch, tmp_path):
     import json as _json
+
     from src.config import parse_args
     cfg_file = tmp_path / "c.json"
     cfg_file.write_text(_json.dumps({"learning_rate": 1e-3, "num_train_epochs": 7}))
@@ -237,6 +247,7 @@ def test_env_overrides_are_appended_last(monkeypatch, tmp_path):
     assert cfg.num_train_epochs == 1 and cfg.data_ratio == 0.5 and cfg.learning_rate == 1e-3
     monkeypatch.setenv("CLIPBERT_OVERRIDES", "--data_ratio 2")
     import pytest as _pytest
+
     from src.config import ConfigError
     with _pytest.raises(ConfigError, match="data_ratio"):
         parse_args("retrieval", [])

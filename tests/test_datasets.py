@@ -12,8 +12,11 @@ import torch
 from src.datasets.build import build_mc_dataset, build_qa_datasets, build_retrieval_datasets, load_tokenizer
 from src.datasets.data_utils import ImageNorm, ImagePad, ImageResize, mk_input_group
 from src.datasets.dataset_base import BadVideosError
-from src.datasets.dataset_retrieval import (VideoRetrievalCollator, VideoRetrievalDataset,
-                                            VideoRetrievalEvalDataset)
+from src.datasets.dataset_retrieval import (
+    VideoRetrievalCollator,
+    VideoRetrievalDataset,
+    VideoRetrievalEvalDataset,
+)
 from src.datasets.dataset_video_qa import VideoQACollator, VideoQADataset
 from src.datasets.jsonl import load_jsonl
 from src.datasets.lmdb_store import LMDBStore

@@ -9,8 +9,13 @@ import pytest
 import torch
 
 from src.datasets.dataset_base import extract_frames_from_video_binary
-from src.datasets.decoder import (VideoDecodeError, decode_all_frames, decode_clip, decode_clips,
-                                  open_container)
+from src.datasets.decoder import (
+    VideoDecodeError,
+    decode_all_frames,
+    decode_clip,
+    decode_clips,
+    open_container,
+)
 from src.preprocessing.make_demo_data import encode_mp4
 
 BAND = 21  # three vertical bands, one per decimal digit of the frame index
@@ -185,6 +190,7 @@ def test_fast_path_matches_reference(name, data):
 
 def test_legacy_signatures():
     import inspect
+
     from src.datasets import data_utils
     sig = inspect.signature(extract_frames_from_video_binary)
     assert [(p.name, p.default) for p in sig.parameters.values()] == [

@@ -8,8 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from src.modeling.build import build_model
-from src.modeling.heads import (RetrievalHead, aggregate_clip_logits, clip_aggregated_loss, lse_loss,
-                                make_head)
+from src.modeling.heads import RetrievalHead, aggregate_clip_logits, clip_aggregated_loss, lse_loss, make_head
 from src.modeling.pretrained_paths import default_minilm_dir, resolve_path
 
 torch.set_num_threads(1)

@@ -36,8 +36,8 @@ __all__ = ["FusedLayerNorm", "MixedFusedLayerNorm", "fused_kernel_available"]
 
 try:  # pragma: no cover - apex is not installable on this project's machines
     import fused_layer_norm_cuda  # noqa: F401
-    from apex.normalization.fused_layer_norm import (FusedLayerNormAffineFunction as _ApexAffineFn,
-                                                      FusedLayerNormFunction as _ApexFn)
+    from apex.normalization.fused_layer_norm import FusedLayerNormAffineFunction as _ApexAffineFn
+    from apex.normalization.fused_layer_norm import FusedLayerNormFunction as _ApexFn
 except Exception:  # ImportError, or apex built against another torch
     _ApexAffineFn = _ApexFn = None
 

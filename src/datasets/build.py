@@ -19,10 +19,19 @@ from collections import defaultdict
 
 from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_mc import VideoMCCollator, VideoMCDataset, mk_mc_examples
-from src.datasets.dataset_retrieval import (VideoRetrievalCollator, VideoRetrievalDataset,
-                                            VideoRetrievalEvalDataset, mk_retrieval_examples)
-from src.datasets.dataset_video_qa import (OPEN_ENDED_QA, QA_TASKS, VideoQACollator,
-                                           VideoQADataset, mk_qa_examples)
+from src.datasets.dataset_retrieval import (
+    VideoRetrievalCollator,
+    VideoRetrievalDataset,
+    VideoRetrievalEvalDataset,
+    mk_retrieval_examples,
+)
+from src.datasets.dataset_video_qa import (
+    OPEN_ENDED_QA,
+    QA_TASKS,
+    VideoQACollator,
+    VideoQADataset,
+    mk_qa_examples,
+)
 from src.datasets.jsonl import load_json, load_jsonl
 
 logger = logging.getLogger(__name__)
@@ -40,6 +49,7 @@ def _get(cfg, key, default=None):
 def load_tokenizer(tokenizer_dir):
     """BertTokenizerFast from a local directory (vocab.txt / tokenizer.json); ``pkg:`` paths allowed."""
     from transformers import BertTokenizerFast
+
     from src.modeling.pretrained_paths import resolve_path
     if not tokenizer_dir:
         raise ValueError("config key tokenizer_dir is missing; point it at a folder with vocab.txt")

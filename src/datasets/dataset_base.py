@@ -7,8 +7,14 @@ from collections import Counter
 import torch
 from torch.utils.data import Dataset
 
-from src.datasets.decoder import (SAMPLING_STRATEGIES, VideoDecodeError, decode_clip, decode_clips,
-                                  open_container, strategy_to_clip)
+from src.datasets.decoder import (
+    SAMPLING_STRATEGIES,
+    VideoDecodeError,
+    decode_clip,
+    decode_clips,
+    open_container,
+    strategy_to_clip,
+)
 from src.datasets.image_ops import resize_and_pad
 from src.datasets.lmdb_store import LMDBStore
 

@@ -18,9 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import lmdb
 
-if __package__ in (None, ""):  # run as a script: python src/preprocessing/file2lmdb.py
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
 _INITIAL_MAP_SIZE = 64 * 1024 ** 2
 
 

@@ -32,9 +32,6 @@ from multiprocessing import Pool
 import av
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
 COLORS = {"red": (225, 30, 30), "green": (30, 190, 40), "blue": (40, 70, 235),
           "yellow": (235, 220, 40), "purple": (150, 40, 200), "cyan": (40, 215, 215)}
 SHAPES = ("square", "circle", "triangle")

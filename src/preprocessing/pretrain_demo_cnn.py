@@ -31,15 +31,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-if __package__ in (None, ""):  # run as a script
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from src.datasets.decoder import VideoDecodeError, decode_clips  # noqa: E402
-from src.datasets.image_ops import ImageNorm, resize_and_pad  # noqa: E402
-from src.datasets.jsonl import load_jsonl  # noqa: E402
-from src.datasets.lmdb_store import LMDBStore  # noqa: E402
-from src.modeling.backbone import GridFeatBackbone, build_resnet  # noqa: E402
-from src.preprocessing.make_demo_data import COLORS, MOTIONS, SHAPES  # noqa: E402
+from src.datasets.decoder import VideoDecodeError, decode_clips
+from src.datasets.image_ops import ImageNorm, resize_and_pad
+from src.datasets.jsonl import load_jsonl
+from src.datasets.lmdb_store import LMDBStore
+from src.modeling.backbone import GridFeatBackbone, build_resnet
+from src.preprocessing.make_demo_data import COLORS, MOTIONS, SHAPES
 
 logger = logging.getLogger(__name__)
 

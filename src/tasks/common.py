@@ -124,8 +124,7 @@ class ClipBertTask(Task):
 
         Returns ``(model, result_dir)``.
         """
-        from src.training.inference import (inference_result_dir, load_trained_model,
-                                            prepare_inference_config)
+        from src.training.inference import inference_result_dir, load_trained_model, prepare_inference_config
         if not cfg.get("output_dir"):
             raise ValueError("--output_dir must point at the training run to run inference from")
         if not cfg.inference_txt_db:

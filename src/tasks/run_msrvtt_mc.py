@@ -16,14 +16,11 @@ import logging
 import os
 import sys
 
-if __package__ in (None, ""):  # run as a script: python src/tasks/run_msrvtt_mc.py
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-import src.compat.hvd as hvd  # noqa: E402
-from src.datasets.build import build_mc_dataset  # noqa: E402
-from src.datasets.dataset_mc import N_OPTIONS  # noqa: E402
-from src.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions  # noqa: E402
-from src.tasks.common import ClipBertTask, clip_logits, main, unwrap_model, write_json  # noqa: E402
+import src.compat.hvd as hvd
+from src.datasets.build import build_mc_dataset
+from src.datasets.dataset_mc import N_OPTIONS
+from src.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions
+from src.tasks.common import ClipBertTask, clip_logits, main, unwrap_model, write_json
 
 logger = logging.getLogger(__name__)
 

@@ -26,20 +26,17 @@ import logging
 import os
 import sys
 
-if __package__ in (None, ""):  # run as a script: make `src` importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import src.compat.hvd as hvd  # noqa: E402
-from src.datasets.build import build_qa_datasets  # noqa: E402
-from src.datasets.dataset_video_qa import OPEN_ENDED_QA  # noqa: E402
-from src.datasets.jsonl import load_json  # noqa: E402
-from src.evaluation.qa import eval_qa, gather_qa_results  # noqa: E402
-from src.modeling.heads import aggregate_clip_logits, lse_loss  # noqa: E402
-from src.tasks.common import ClipBertTask, forward_clips, main, write_json  # noqa: E402
-from src.utils.distributed import all_gather_list  # noqa: E402
+import src.compat.hvd as hvd
+from src.datasets.build import build_qa_datasets
+from src.datasets.dataset_video_qa import OPEN_ENDED_QA
+from src.datasets.jsonl import load_json
+from src.evaluation.qa import eval_qa, gather_qa_results
+from src.modeling.heads import aggregate_clip_logits, lse_loss
+from src.tasks.common import ClipBertTask, forward_clips, main, write_json
+from src.utils.distributed import all_gather_list
 
 logger = logging.getLogger(__name__)
 

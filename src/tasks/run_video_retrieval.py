@@ -25,13 +25,10 @@ import logging
 import os
 import sys
 
-if __package__ in (None, ""):  # run as a script: python src/tasks/run_video_retrieval.py
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-import src.compat.hvd as hvd  # noqa: E402
-from src.datasets.build import build_retrieval_datasets  # noqa: E402
-from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results  # noqa: E402
-from src.tasks.common import ClipBertTask, clip_logits, main, unwrap_model, write_json  # noqa: E402
+import src.compat.hvd as hvd
+from src.datasets.build import build_retrieval_datasets
+from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results
+from src.tasks.common import ClipBertTask, clip_logits, main, unwrap_model, write_json
 
 logger = logging.getLogger(__name__)
 

@@ -44,8 +44,7 @@ from src.optimization.param_groups import build_optimizer, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training.checkpoint import ModelSaver, TrainingRestorer, fp32_state_dict
 from src.training.data import ResumableDistributedSampler, build_train_dataloader
-from src.utils.logger import (RunningMeter, add_log_to_file, make_tb_logger, remove_log_file,
-                              setup_logging)
+from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
 from src.utils.misc import get_rng_states, set_random_seed, set_rng_states, zero_none_grad
 
 logger = logging.getLogger(__name__)

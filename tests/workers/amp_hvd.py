@@ -12,15 +12,13 @@ Scenarios (one launch, every rank runs all of them and writes amp_<rank>.json):
 import argparse
 import json
 import os
-import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
-import src.compat.hvd as hvd  # noqa: E402
-from src.compat import amp  # noqa: E402
+import src.compat.hvd as hvd
+from src.compat import amp
 
 K = 3
 COUNT = {"n": 0}

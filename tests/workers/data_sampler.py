@@ -2,15 +2,12 @@
 (2 DataLoader workers reading LMDB) and rank 0 writes every rank's video order as JSON."""
 import argparse
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import torch  # noqa: E402
+import torch
 
-import src.compat.hvd as hvd  # noqa: E402
-from src.datasets.build import build_retrieval_datasets  # noqa: E402
-from src.datasets.loaders import InfiniteIterator, PrefetchLoader, build_dataloader  # noqa: E402
+import src.compat.hvd as hvd
+from src.datasets.build import build_retrieval_datasets
+from src.datasets.loaders import InfiniteIterator, PrefetchLoader, build_dataloader
 
 
 def main():

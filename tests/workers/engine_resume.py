@@ -7,13 +7,13 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import torch  # noqa: E402
+import torch
+
+import src.compat.hvd as hvd
+from src.training.engine import Hook, NonFiniteLossError, Trainer
+from tests.toy_task import ToyTask, toy_cfg
 
 torch.set_num_threads(1)
-import src.compat.hvd as hvd  # noqa: E402
-from src.training.engine import Hook, NonFiniteLossError, Trainer  # noqa: E402
-from tests.toy_task import ToyTask, toy_cfg  # noqa: E402
 
 CRASH_AT = 5
 

@@ -3,15 +3,14 @@
 Prints one JSON line ``{"summary": ...}``; the final weights are in OUT_DIR/ckpt/model_step_*.pt.
 """
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import torch  # noqa: E402
+import torch
+
+from src.training.engine import Trainer
+from tests.toy_task import ToyTask, toy_cfg
 
 torch.set_num_threads(1)
-from src.training.engine import Trainer  # noqa: E402
-from tests.toy_task import ToyTask, toy_cfg  # noqa: E402
 
 out, overrides = sys.argv[1], json.loads(sys.argv[2])
 task_kwargs = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}

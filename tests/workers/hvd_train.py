@@ -6,13 +6,11 @@ equals the single-process gradient on the whole global batch (run with size 1 an
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import torch  # noqa: E402
+import torch
 
-import src.compat.hvd as hvd  # noqa: E402
-from src.utils.distributed import all_gather_list  # noqa: E402
+import src.compat.hvd as hvd
+from src.utils.distributed import all_gather_list
 
 
 def main():
