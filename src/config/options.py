@@ -1,0 +1,203 @@
+"""ClipBERT's options (shared, retrieval, video QA) with their post-parse rules; importing this
+module registers the tasks ``shared``, ``retrieval``, ``msrvtt_mc`` and ``video_qa``."""
+import json
+import os
+
+from src.config.schema import Config, ConfigError
+from src.config.schema import Option as O
+from src.config.tasks import register_task
+
+DECAYS = ("linear", "invsqrt", "constant", "multi_step", "cosine")
+_UNUSED = "accepted for ClipBERT compatibility but has no effect"
+_PRETRAIN = "a ClipBERT pretraining option; fine-tuning tasks ignore it"
+
+SHARED_OPTIONS = [
+    O("debug", bool, False, "stop training after 3 steps (evaluators may shorten validation)"),
+    O("data_ratio", float, 1.0, "keep a random fraction of the training annotations", min=0,
+      max=1, min_exclusive=True),
+    O("model_config", str, None, "path to the model json config (BERT config)"),
+    O("tokenizer_dir", str, None, "directory of the BertTokenizerFast files"),
+    O("output_dir", str, None, "where log/, ckpt/ and results go"),
+    O("max_txt_len", int, 20, "max text tokens including [CLS]/[SEP]", min=3),
+    O("max_img_size", int, 448, "longer image side after resize; zero-padded to a square", min=1),
+    O("img_pixel_mean", float, None, "per-channel pixel mean (in img_input_format order)", nargs=3),
+    O("img_pixel_std", float, None, "per-channel pixel std", nargs=3),
+    O("img_input_format", str, "BGR", "channel order fed to the CNN", choices=("BGR", "RGB")),
+    O("max_n_example_per_group", int, 2, "texts sampled per video in a training group", min=1),
+    O("fps", int, 1, "frame rate frames are sampled at", min=1),
+    O("num_frm", int, 3, "frames per clip", min=1),
+    O("frm_sampling_strategy", str, "rand", "which frames of a clip are taken",
+      choices=("rand", "uniform", "start", "middle", "end")),
+    O("train_n_clips", int, 3, "clips sampled per video in training", min=1),
+    O("score_agg_func", str, "mean", "how clip scores are aggregated", choices=("mean", "max", "lse")),
+    O("random_sample_clips", int, 1, "1: random clips in training, 0: evenly spaced", choices=(0, 1)),
+    O("train_batch_size", int, 128, "training groups (videos) per process per micro-step", min=1),
+    O("val_batch_size", int, 128, "validation groups per process", min=1),
+    O("gradient_accumulation_steps", int, 1, "micro-steps per optimizer step (loss is divided by it)",
+      min=1),
+    O("learning_rate", float, 5e-5, "transformer learning rate", min=0, min_exclusive=True),
+    O("num_valid", int, 20, "about how many validations in a run", min=1),
+    O("min_valid_steps", int, 100, "validation interval is a multiple of this", min=1),
+    O("save_steps_ratio", float, 0.01, "restore-file interval as a fraction of the training steps",
+      min=0, max=1, min_exclusive=True),
+    O("num_train_epochs", int, 10, "training epochs", min=1),
+    O("optim", str, "adamw", "optimizer", choices=("adamw", "adam", "adamax")),
+    O("betas", float, [0.9, 0.98], "Adam betas", nargs=2, min=0, max=1),
+    O("decay", str, "linear", "transformer LR schedule", choices=DECAYS),
+    O("dropout", float, 0.1, "", unused=_UNUSED + " (dropout comes from model_config)"),
+    O("weight_decay", float, 1e-3, "transformer weight decay", min=0),
+    O("grad_norm", float, 2.0, "gradient clipping max norm; -1 disables clipping"),
+    O("warmup_ratio", float, 0.1, "warm-up fraction of training (both schedules)", min=0, max=1),
+    O("transformer_lr_mul", float, 1.0, "LR multiplier for transformer params matching the prefix",
+      min=0),
+    O("transformer_lr_mul_prefix", str, "", "substring selecting transformer params for the multiplier"),
+    O("step_decay_epochs", int, None, "multi_step milestones (epochs) for the transformer", nargs="+",
+      min=0),
+    O("cnn_step_decay_epochs", int, None, "multi_step milestones (epochs) for the CNN", nargs="+", min=0),
+    O("cnn_optim", str, "adamw", "", unused=_UNUSED + " (one optimizer serves both parts)"),
+    O("cnn_sgd_momentum", float, 0.9, "", unused=_UNUSED),
+    O("cnn_learning_rate", float, 5e-5, "CNN learning rate", min=0, min_exclusive=True),
+    O("cnn_weight_decay", float, 1e-3, "CNN weight decay", min=0),
+    O("cnn_lr_mul", float, 1.0, "LR multiplier for CNN params matching the prefix", min=0),
+    O("cnn_lr_mul_prefix", str, "grid_encoder", "substring selecting CNN params for the multiplier"),
+    O("cnn_lr_decay", str, "linear", "CNN LR schedule", choices=DECAYS),
+    O("freeze_cnn", bool, False, "freeze the CNN body (cnn.feature.*)"),
+    O("detectron2_model_cfg", str, "", "", unused=_UNUSED + " (no detectron2; the backbone is cnn_type)"),
+    O("e2e_weights_path", str, None, "full ClipBERT checkpoint to start from"),
+    O("detectron2_weights_path", str, None, "legacy name of cnn_weights_path (copied there if unset)"),
+    O("bert_weights_path", str, None, "BERT weights to initialise the transformer"),
+    O("inference_model_step", int, -1, "checkpoint step used by --do_inference 1"),
+    O("do_inference", bool, False, "run inference from output_dir/ckpt instead of training"),
+    O("inference_split", str, "val", "split name used in inference result paths"),
+    O("inference_txt_db", str, None, "annotation file for inference"),
+    O("inference_img_db", str, None, "video LMDB for inference"),
+    O("inference_batch_size", int, 64, "inference batch size", min=1),
+    O("inference_n_clips", int, 1, "clips per video at inference", min=1),
+    O("seed", int, 42, "random seed"),
+    O("fp16", bool, False, "apex-amp O2 mixed precision (fp32 BatchNorm)"),
+    O("n_workers", int, 4, "DataLoader worker processes", min=0),
+    O("pin_mem", bool, True, "pin DataLoader memory"),
+    # product additions
+    O("dist_backend", str, "auto", "hvd backend: real Horovod or torch.distributed",
+      choices=("auto", "horovod", "torch"), group="product"),
+    O("cnn_type", str, "resnet50", "visual backbone", choices=("tiny", "resnet50"), group="product"),
+    O("cnn_weights_path", str, None, "CNN (grid-feat ResNet) weights", group="product"),
+    O("grad_ckpt", bool, False, "gradient checkpointing in the transformer", group="product"),
+    O("skip_bad_videos", bool, True, "training: skip (count and log) undecodable videos", group="product"),
+    O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
+    O("early_stop_patience", int, -1, "stop after this many validations without improvement; -1 off",
+      group="product"),
+    O("best_metric", str, None, "validation metric for the best checkpoint (task default if unset)",
+      group="product"),
+    O("best_metric_mode", str, "auto", "max|min; auto: min for loss/medianR/meanR, else max",
+      choices=("auto", "max", "min"), group="product"),
+    O("log_interval", int, 100, "optimizer steps between log.txt progress lines", min=1, group="product"),
+    # ClipBERT pretraining options that may sit in shared config files
+    O("itm_neg_prob", float, 0.5, "", unused=_PRETRAIN, group="pretrain"),
+    O("use_itm", bool, False, "", unused=_PRETRAIN, group="pretrain"),
+    O("use_mlm", bool, False, "", unused=_PRETRAIN, group="pretrain"),
+    O("pixel_random_sampling_size", int, 0, "", unused=_PRETRAIN, group="pretrain"),
+    # JSON-only
+    O("train_datasets", list, None, "list of {name, txt, img[, vis_format, ratio]}", json_only=True),
+    O("val_datasets", list, None, "list of {name, txt, img[, vis_format, ratio]}", json_only=True),
+]
+
+RETRIEVAL_OPTIONS = [
+    O("itm_neg_size", int, 1, "negative texts per positive in training", min=0, group="retrieval"),
+    O("classifier", str, "mlp", "head type", choices=("mlp", "linear"), group="retrieval"),
+    O("cls_hidden_scale", int, 2, "mlp head hidden size multiplier", min=1, group="retrieval"),
+    O("margin", float, 0.2, "rank-loss margin", min=0, group="retrieval"),
+    O("loss_type", str, "ce", "ce (2-way ITM) or rank (1 logit)", choices=("ce", "rank"), group="retrieval"),
+    O("eval_retrieval_batch_size", int, 256, "texts per forward in retrieval evaluation", min=1,
+      group="retrieval"),
+    O("num_labels", int, 2, "derived: 1 for loss_type rank, else 2", derived=True, group="retrieval"),
+]
+
+VIDEO_QA_OPTIONS = [
+    O("task", str, None, "TGIF-QA / MSRVTT-QA task",
+      choices=("action", "transition", "frameqa", "msrvtt_qa"), nullable=False, group="video_qa"),
+    O("loss_type", str, "ce", "loss (video QA always uses ce)", choices=("ce",), group="video_qa"),
+    O("classifier", str, "mlp", "head type", choices=("mlp", "linear"), group="video_qa"),
+    O("cls_hidden_scale", int, 2, "mlp head hidden size multiplier", min=1, group="video_qa"),
+    O("ans2label_path", str, None, "json {answer: label}; required for frameqa/msrvtt_qa",
+      group="video_qa"),
+    O("num_labels", int, None, "derived: 5 for action/transition, len(ans2label) otherwise",
+      derived=True, group="video_qa"),
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# post-parse rules
+def _shared_post(cfg: Config, notices: list) -> None:
+    if cfg.fp16 and cfg.bf16:
+        raise ConfigError("fp16=1 and bf16=1 are exclusive: choose one mixed-precision mode")
+    if cfg.grad_norm != -1 and cfg.grad_norm <= 0:
+        raise ConfigError(f"grad_norm={cfg.grad_norm:g} is invalid: expected > 0, or -1 to disable clipping")
+    if cfg.early_stop_patience != -1 and cfg.early_stop_patience < 1:
+        raise ConfigError(f"early_stop_patience={cfg.early_stop_patience} is invalid: expected >= 1, "
+                          "or -1 to disable early stopping")
+    if not 0 <= cfg.warmup_ratio < 1:
+        raise ConfigError(f"warmup_ratio={cfg.warmup_ratio:g} is invalid: expected 0 <= value < 1")
+    for sched, key in (("decay", "step_decay_epochs"), ("cnn_lr_decay", "cnn_step_decay_epochs")):
+        if cfg[sched] == "multi_step" and not cfg[key]:
+            raise ConfigError(f"{sched}='multi_step' needs {key} (milestone epochs, e.g. [2, 4])")
+    if cfg.detectron2_weights_path and not cfg.cnn_weights_path:
+        cfg.cnn_weights_path = cfg.detectron2_weights_path
+        notices.append("detectron2_weights_path is used as cnn_weights_path")
+    if "score_agg_func" in cfg and cfg.score_agg_func == "lse" and cfg.get("loss_type") not in (None, "ce"):
+        raise ConfigError(f"score_agg_func='lse' requires loss_type='ce', got loss_type={cfg.loss_type!r}")
+
+
+def _retrieval_post(cfg: Config, notices: list) -> None:
+    cfg.num_labels = 1 if cfg.loss_type == "rank" else 2
+    cfg.task_type = "retrieval"
+
+
+def _mc_post(cfg: Config, notices: list) -> None:
+    if not cfg.do_inference:
+        raise ConfigError("msrvtt_mc is inference only: set do_inference=1 (with inference_txt_db, "
+                          "inference_img_db, inference_model_step)")
+
+
+def _video_qa_post(cfg: Config, notices: list) -> None:
+    if cfg.task is None:
+        if cfg.do_inference:  # inference takes task (and the derived keys) from the trained run
+            return
+        raise ConfigError("task=null is invalid: video QA needs task, one of "
+                          "action|transition|frameqa|msrvtt_qa")
+    cfg.max_n_example_per_group = 1
+    cfg.loss_type = "ce"
+    if cfg.task in ("action", "transition"):
+        cfg.num_labels = 5
+        cfg.task_type = "qa_mc"
+        return
+    cfg.task_type = "qa_open"
+    path = cfg.ans2label_path
+    if not path:
+        raise ConfigError(f"ans2label_path=null is invalid for task={cfg.task!r}: give the "
+                          "{answer: label} json of the training answers")
+    if not os.path.isfile(path):
+        raise ConfigError(f"ans2label_path={path!r}: file not found")
+    try:
+        with open(path) as f:
+            ans2label = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"ans2label_path={path!r}: invalid JSON ({e})") from None
+    if not isinstance(ans2label, dict) or not ans2label:
+        raise ConfigError(f"ans2label_path={path!r}: expected a non-empty JSON object {{answer: label}}")
+    labels = sorted(ans2label.values())
+    if labels != list(range(len(labels))):
+        raise ConfigError(f"ans2label_path={path!r}: labels must be 0..{len(labels) - 1} without gaps")
+    cfg.num_labels = len(ans2label)
+    if "train_datasets" in cfg and cfg.train_datasets:
+        for key in ("train_datasets", "val_datasets"):
+            for i, d in enumerate(cfg.get(key) or []):
+                if isinstance(d.txt, dict) and cfg.task not in d.txt:
+                    raise ConfigError(f"{key}[{i}].txt has no entry for task {cfg.task!r}; "
+                                      f"keys: {', '.join(d.txt)}")
+
+
+register_task("shared", SHARED_OPTIONS, _shared_post, parent=None)
+register_task("retrieval", RETRIEVAL_OPTIONS, _retrieval_post)
+register_task("msrvtt_mc", [], _mc_post, parent="retrieval")
+register_task("video_qa", VIDEO_QA_OPTIONS, _video_qa_post)

@@ -1,0 +1,56 @@
+"""The README's option table, generated from the schema (``python -m src.config``)."""
+import json
+from collections.abc import Iterable
+
+from src.config.schema import Option
+from src.config.tasks import task_options
+
+
+def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa")) -> str:
+    """Markdown table of every option (for the README), generated from the schema."""
+    rows = {}
+    for t in tasks:
+        for name, o in task_options(t).items():
+            rows.setdefault(name, (o, []))[1].append(t)
+    lines = ["| option | type | default | allowed | tasks | description |",
+             "|---|---|---|---|---|---|"]
+    for name, (o, ts) in rows.items():
+        allowed = "|".join(str(c) for c in o.choices) if o.choices else _range_text(o)
+        scope = "all" if o.group in ("shared", "product", "pretrain") else ", ".join(ts)
+        desc = o.help if not o.unused else f"*{o.unused}*"
+        if o.json_only:
+            desc += " (JSON only)"
+        if o.derived:
+            desc = f"*{desc}*"
+        default = "" if o.json_only else f"`{json.dumps(o.default)}`"
+        cells = [f"`{name}`", o.type_name(), default, allowed, scope, desc]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _range_text(o: Option) -> str:
+    parts = []
+    if o.min is not None:
+        parts.append(("> " if o.min_exclusive else ">= ") + f"{o.min:g}")
+    if o.max is not None:
+        parts.append(f"<= {o.max:g}")
+    return ", ".join(parts)
+
+
+README_BEGIN = "<!-- BEGIN CONFIG REFERENCE -->"
+README_END = "<!-- END CONFIG REFERENCE -->"
+
+
+def update_readme(path: str) -> bool:
+    """Rewrite the generated config table between the README's markers; True if it changed."""
+    with open(path) as f:
+        text = f.read()
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"{path}: markers {README_BEGIN} / {README_END} not found")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    new = f"{head}{README_BEGIN}\n{config_reference_markdown()}{README_END}{tail}"
+    if new != text:
+        with open(path, "w") as f:
+            f.write(new)
+    return new != text
