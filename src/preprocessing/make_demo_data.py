@@ -32,16 +32,7 @@ from multiprocessing import Pool
 import av
 import numpy as np
 
-COLORS = {"red": (225, 30, 30), "green": (30, 190, 40), "blue": (40, 70, 235),
-          "yellow": (235, 220, 40), "purple": (150, 40, 200), "cyan": (40, 215, 215)}
-SHAPES = ("square", "circle", "triangle")
-MOTIONS = ("left", "right", "up", "down", "still")
-MOTION_OPTIONS = {"left": "it moves to the left", "right": "it moves to the right", "up": "it moves up",
-                  "down": "it moves down", "still": "it stays still"}
-_DIR_PHRASE = {"left": "to the left", "right": "to the right", "up": "up", "down": "down"}
-_MOVE_TEMPLATES = ("a {c} {s} moves {d}", "the {c} {s} is moving {d}", "a {c} {s} slides {d}")
-_STILL_TEMPLATES = ("a {c} {s} stays still", "the {c} {s} does not move", "a {c} {s} stands still")
-COMBOS = [(c, s, m) for c in COLORS for s in SHAPES for m in MOTIONS]
+from src.preprocessing.demo_vocab import COLORS, COMBOS, MOTION_OPTIONS, MOTIONS, SHAPES, caption_for
 
 
 def encode_mp4(frames, fps=10, codec="libx264", size=None, gop=None, crf=20, preset="veryfast"):
@@ -64,7 +55,8 @@ def encode_mp4(frames, fps=10, codec="libx264", size=None, gop=None, crf=20, pre
         if gop:
             stream.codec_context.gop_size = gop
         for img in _chain(first, frames):
-            for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+            for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
@@ -121,12 +113,6 @@ def render_video(color, shape, motion, seed, size=64, n_frames=30):
     return np.stack(frames)
 
 
-def caption_for(color, shape, motion, template_idx):
-    if motion == "still":
-        return _STILL_TEMPLATES[template_idx % 3].format(c=color, s=shape)
-    return _MOVE_TEMPLATES[template_idx % 3].format(c=color, s=shape, d=_DIR_PHRASE[motion])
-
-
 def _split_combos(n, rng):
     """Combination index per video: concatenated permutations, so the first 90 are distinct and
     every combination occurs equally often (+-1)."""
@@ -148,11 +134,11 @@ def make_split(split, n, seed, split_id):
     videos = []
     for i, cid in enumerate(combo_ids):
         color, shape, motion = COMBOS[cid]
-        videos.append(dict(clip_name=f"demo_{split}_{i:05d}", color=color, shape=shape, motion=motion,
-                           seed=int(rng.integers(2 ** 31)), template=int(rng.integers(3)),
-                           option_perm=rng.permutation(5).tolist(),
-                           mc_perm=rng.permutation(5).tolist(),
-                           mc_neg=[int(x) for x in rng.integers(0, 10 ** 6, 4)]))
+        videos.append({"clip_name": f"demo_{split}_{i:05d}", "color": color, "shape": shape,
+                       "motion": motion, "seed": int(rng.integers(2 ** 31)), "template": int(rng.integers(3)),
+                       "option_perm": rng.permutation(5).tolist(),
+                       "mc_perm": rng.permutation(5).tolist(),
+                       "mc_neg": [int(x) for x in rng.integers(0, 10 ** 6, 4)]})
     return videos
 
 
@@ -174,17 +160,18 @@ def annotations(videos, split):
     ret, qa, action, mc, attrs = [], [], [], [], []
     for qid, v in enumerate(videos):
         c, s, m, name = v["color"], v["shape"], v["motion"], v["clip_name"]
-        attrs.append(dict(clip_name=name, color=c, shape=s, motion=m))
-        ret.append(dict(caption=caption_for(c, s, m, v["template"]), clip_name=name))
-        qa.append(dict(question=f"what color is the {s}?", answer=c, answer_type="color", gif_name=name))
-        qa.append(dict(question=f"what shape is the {c} object?", answer=s, answer_type="object",
-                       gif_name=name))
+        attrs.append({"clip_name": name, "color": c, "shape": s, "motion": m})
+        ret.append({"caption": caption_for(c, s, m, v["template"]), "clip_name": name})
+        qa.append({"question": f"what color is the {s}?", "answer": c, "answer_type": "color",
+                   "gif_name": name})
+        qa.append({"question": f"what shape is the {c} object?", "answer": s, "answer_type": "object",
+                   "gif_name": name})
         opts = [MOTION_OPTIONS[MOTIONS[i]] for i in v["option_perm"]]
-        action.append(dict(question=f"where does the {c} {s} go?", options=opts,
-                           answer=opts.index(MOTION_OPTIONS[m]), gif_name=name))
+        action.append({"question": f"where does the {c} {s} go?", "options": opts,
+                       "answer": opts.index(MOTION_OPTIONS[m]), "gif_name": name})
         if split != "train":
             options, answer = _mc_caption_options(v)
-            mc.append(dict(qid=qid, clip_name=name, options=options, answer=answer))
+            mc.append({"qid": qid, "clip_name": name, "options": options, "answer": answer})
     return ret, qa, action, mc, attrs
 
 
@@ -197,7 +184,6 @@ def _write_jsonl(path, rows):
 def build_demo_data(output_dir, n_train=1800, n_val=90, n_test=90, seed=42, img_size=64, n_frames=30,
                     fps=10, num_workers=2, log=print):
     """Write the demo dataset; returns the stats dict (also saved as stats.json)."""
-    from src.preprocessing.file2lmdb import LMDBWriter
     if img_size % 2:
         raise ValueError(f"--img_size must be even for yuv420p, got {img_size}")
     lmdb_dir, txt_dir = os.path.join(output_dir, "vis_db"), os.path.join(output_dir, "txt")
@@ -207,6 +193,26 @@ def build_demo_data(output_dir, n_train=1800, n_val=90, n_test=90, seed=42, img_
     t0 = time.time()
     splits = {"train": make_split("train", n_train, seed, 0), "val": make_split("val", n_val, seed, 1),
               "test": make_split("test", n_test, seed, 2)}
+    _write_videos(lmdb_dir, splits, img_size, n_frames, fps, num_workers)
+    stats = {"n_videos": {k: len(v) for k, v in splits.items()}, "img_size": img_size,
+             "n_frames": n_frames, "fps": fps, "n_combinations": len(COMBOS), "seed": seed}
+    answers = sorted(set(COLORS) | set(SHAPES))
+    ans2label = {a: i for i, a in enumerate(answers)}
+    with open(os.path.join(txt_dir, "ans2label.json"), "w") as f:
+        json.dump(ans2label, f, indent=1)
+    stats.update(_write_annotations(txt_dir, splits))
+    stats["n_answers"] = len(ans2label)
+    stats["build_seconds"] = round(time.time() - t0, 1)
+    with open(os.path.join(output_dir, "stats.json"), "w") as f:
+        json.dump(stats, f, indent=1)
+    n_videos = sum(len(v) for v in splits.values())
+    log(f"demo data: {n_videos} videos in {stats['build_seconds']} s -> {output_dir}")
+    return stats
+
+
+def _write_videos(lmdb_dir, splits, img_size, n_frames, fps, num_workers):
+    """Render and encode every video of every split into the LMDB (in order, whatever the workers)."""
+    from src.preprocessing.file2lmdb import LMDBWriter
     jobs = [(v["clip_name"], (v["color"], v["shape"], v["motion"]), v["seed"], img_size, n_frames, fps)
             for vids in splits.values() for v in vids]
     with LMDBWriter(lmdb_dir) as writer:
@@ -217,12 +223,12 @@ def build_demo_data(output_dir, n_train=1800, n_val=90, n_test=90, seed=42, img_
         else:
             for job in jobs:
                 writer.put(*_encode_job(job))
-    stats = {"n_videos": {k: len(v) for k, v in splits.items()}, "img_size": img_size,
-             "n_frames": n_frames, "fps": fps, "n_combinations": len(COMBOS), "seed": seed}
-    answers = sorted(set(COLORS) | set(SHAPES))
-    ans2label = {a: i for i, a in enumerate(answers)}
-    with open(os.path.join(txt_dir, "ans2label.json"), "w") as f:
-        json.dump(ans2label, f, indent=1)
+
+
+def _write_annotations(txt_dir, splits):
+    """Write every split's jsonl files; returns {split: chance baselines} for the val/test splits
+    (the frame-QA majority answer is the training split's, so ``splits`` must start with train)."""
+    baselines = {}
     train_qa_answers = Counter()
     for split, vids in splits.items():
         ret, qa, action, mc, attrs = annotations(vids, split)
@@ -236,32 +242,33 @@ def build_demo_data(output_dir, n_train=1800, n_val=90, n_test=90, seed=42, img_
             train_qa_answers.update(d["answer"] for d in qa)
             continue
         majority = train_qa_answers.most_common(1)[0][0] if train_qa_answers else qa[0]["answer"]
-        by_type = {}
-        for t in ("color", "object"):
-            tq = [d for d in qa if d["answer_type"] == t]
-            top = Counter(d["answer"] for d in tq).most_common(1)[0][1] if tq else 0
-            by_type[t] = round(100.0 * top / max(len(tq), 1), 2)
-        n_unique_caps = len(set(d["caption"] for d in ret))
-        stats[split] = {
-            "retrieval_r1_chance": round(100.0 / len(ret), 2) if ret else None,
-            "retrieval_r5_chance": round(100.0 * min(5, len(ret)) / len(ret), 2) if ret else None,
-            "distinct_combinations": len(set((v["color"], v["shape"], v["motion"]) for v in vids)),
-            "distinct_captions": n_unique_caps,
-            "frameqa_majority_acc": round(100.0 * sum(d["answer"] == majority for d in qa) / len(qa), 2),
-            "frameqa_best_constant_acc": round(100.0 * Counter(d["answer"] for d in qa).most_common(1)[0][1]
-                                               / len(qa), 2),
-            "frameqa_per_type_best_constant_acc": by_type,
-            "action_chance_acc": 20.0,
-            "action_majority_index_acc": round(100.0 * Counter(d["answer"] for d in action).most_common(1)[0][1]
-                                               / len(action), 2),
-            "mc_chance_acc": 20.0,
-        }
-    stats["n_answers"] = len(ans2label)
-    stats["build_seconds"] = round(time.time() - t0, 1)
-    with open(os.path.join(output_dir, "stats.json"), "w") as f:
-        json.dump(stats, f, indent=1)
-    log(f"demo data: {sum(len(v) for v in splits.values())} videos in {stats['build_seconds']} s -> {output_dir}")
-    return stats
+        baselines[split] = _split_baselines(vids, ret, qa, action, majority)
+    return baselines
+
+
+def _best_constant_acc(rows):
+    """Accuracy (%) of always giving the most frequent answer of ``rows``."""
+    return round(100.0 * Counter(d["answer"] for d in rows).most_common(1)[0][1] / len(rows), 2)
+
+
+def _split_baselines(vids, ret, qa, action, majority):
+    by_type = {}
+    for t in ("color", "object"):
+        tq = [d for d in qa if d["answer_type"] == t]
+        top = Counter(d["answer"] for d in tq).most_common(1)[0][1] if tq else 0
+        by_type[t] = round(100.0 * top / max(len(tq), 1), 2)
+    return {
+        "retrieval_r1_chance": round(100.0 / len(ret), 2) if ret else None,
+        "retrieval_r5_chance": round(100.0 * min(5, len(ret)) / len(ret), 2) if ret else None,
+        "distinct_combinations": len({(v["color"], v["shape"], v["motion"]) for v in vids}),
+        "distinct_captions": len({d["caption"] for d in ret}),
+        "frameqa_majority_acc": round(100.0 * sum(d["answer"] == majority for d in qa) / len(qa), 2),
+        "frameqa_best_constant_acc": _best_constant_acc(qa),
+        "frameqa_per_type_best_constant_acc": by_type,
+        "action_chance_acc": 20.0,
+        "action_majority_index_acc": _best_constant_acc(action),
+        "mc_chance_acc": 20.0,
+    }
 
 
 def main(argv=None):

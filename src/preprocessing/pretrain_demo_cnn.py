@@ -36,7 +36,7 @@ from src.datasets.image_ops import ImageNorm, resize_and_pad
 from src.datasets.jsonl import load_jsonl
 from src.datasets.lmdb_store import LMDBStore
 from src.modeling.backbone import GridFeatBackbone, build_resnet
-from src.preprocessing.make_demo_data import COLORS, MOTIONS, SHAPES
+from src.preprocessing.demo_vocab import COLORS, MOTIONS, SHAPES
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +57,8 @@ def decode_split(data_dir, split, num_frm=3, fps=1, max_img_size=128):
     path = os.path.join(data_dir, "txt", f"attributes_{split}.jsonl")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found: {data_dir} is not demo data, or was built before "
-                                "make_demo_data wrote attribute labels; rebuild it into an empty directory with "
-                                "python -m src.preprocessing.make_demo_data --output_dir DIR")
+                                "make_demo_data wrote attribute labels; rebuild it into an empty directory "
+                                "with python -m src.preprocessing.make_demo_data --output_dir DIR")
     rows = load_jsonl(path, required_fields=("clip_name",) + tuple(ATTRIBUTES))
     store = LMDBStore(os.path.join(data_dir, "vis_db"))
     frames = []
@@ -67,14 +67,15 @@ def decode_split(data_dir, split, num_frm=3, fps=1, max_img_size=128):
             clip = decode_clips(store.get(r["clip_name"]), num_frames=num_frm, target_fps=fps,
                                 sampling_strategy="uniform")
         except (VideoDecodeError, KeyError) as e:
-            raise ValueError(f"{data_dir}/vis_db: video {r['clip_name']!r} does not decode ({e}); "
-                             "rebuild the demo data with python -m src.preprocessing.make_demo_data") from None
+            raise ValueError(f"{data_dir}/vis_db: video {r['clip_name']!r} does not decode ({e}); rebuild "
+                             "the demo data with python -m src.preprocessing.make_demo_data") from None
         frames.append(resize_and_pad(clip, max_img_size).round().clamp(0, 255).to(torch.uint8))
     labels = {}
     for name, values in ATTRIBUTES.items():
         unknown = sorted({r[name] for r in rows} - set(values))
         if unknown:
-            raise ValueError(f"attributes_{split}.jsonl: unknown {name} value(s) {unknown}; expected {values}")
+            raise ValueError(f"attributes_{split}.jsonl: unknown {name} value(s) {unknown}; "
+                             f"expected {values}")
         labels[name] = torch.tensor([values.index(r[name]) for r in rows], dtype=torch.long)
     return torch.stack(frames), labels
 
@@ -100,7 +101,7 @@ def _normalise(frames_uint8, norm):
 @torch.no_grad()
 def _accuracy(model, frames, labels, norm, batch_size=64):
     model.eval()
-    hits = {k: 0 for k in ATTRIBUTES}
+    hits = dict.fromkeys(ATTRIBUTES, 0)
     for i in range(0, len(frames), batch_size):
         out = model(_normalise(frames[i:i + batch_size], norm))
         for k in hits:
@@ -125,7 +126,8 @@ def pretrain_demo_cnn(data_dir, out_path=None, steps=500, batch_size=16, lr=1e-3
     t_decode = time.time() - t0
     norm = ImageNorm(PIXEL_MEAN, PIXEL_STD)
     with torch.no_grad():
-        probe_grid = GridFeatBackbone(build_resnet("tiny"), 8)(torch.zeros(1, 1, 3, max_img_size, max_img_size))
+        probe_input = torch.zeros(1, 1, 3, max_img_size, max_img_size)
+        probe_grid = GridFeatBackbone(build_resnet("tiny"), 8)(probe_input)
     model = AttributeProbe(probe_grid.shape[2] * probe_grid.shape[3])
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     gen = torch.Generator().manual_seed(seed)
@@ -154,8 +156,8 @@ def pretrain_demo_cnn(data_dir, out_path=None, steps=500, batch_size=16, lr=1e-3
     os.replace(tmp, out_path)
     with open(os.path.splitext(out_path)[0] + ".json", "w") as f:
         json.dump(stats, f, indent=1)
-    log(f"cnn pretrain: val accuracy {json.dumps(stats['val_acc'])} (chance {json.dumps(stats['chance_acc'])}) "
-        f"in {stats['seconds']} s -> {out_path}")
+    log(f"cnn pretrain: val accuracy {json.dumps(stats['val_acc'])} "
+        f"(chance {json.dumps(stats['chance_acc'])}) in {stats['seconds']} s -> {out_path}")
     return stats
 
 
