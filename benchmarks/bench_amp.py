@@ -126,7 +126,8 @@ def main():
               f"{mem[level]['masters']:>9d} B + optimizer state {mem[level]['optimizer_state']:>9d} B "
               f"= {total:>9d} B   (first step {dt * 1e3:.0f} ms)")
     t0, t2 = sum(mem["O0"].values()), sum(mem["O2"].values())
-    print(f"O2 / O0 memory     : {t2 / t0:8.3f}  (model alone: {mem['O2']['model'] / mem['O0']['model']:.3f})")
+    model_ratio = mem["O2"]["model"] / mem["O0"]["model"]
+    print(f"O2 / O0 memory     : {t2 / t0:8.3f}  (model alone: {model_ratio:.3f})")
 
 
 if __name__ == "__main__":

@@ -110,7 +110,8 @@ def scenario_accum(bpps):
         opt.zero_grad()
     flat = torch.cat([p.detach().float().reshape(-1) for p in amp.master_params(opt)])
     return {"allreduce_launches_per_step": COUNT["n"] / 3, "flat": flat.tolist(),
-            "scale": amp.state_dict()["loss_scaler0"]["loss_scale"], "skipped": amp.num_skipped_steps() - skipped0}
+            "scale": amp.state_dict()["loss_scaler0"]["loss_scale"],
+            "skipped": amp.num_skipped_steps() - skipped0}
 
 
 def scenario_guard():
