@@ -55,7 +55,7 @@ def broadcast_object(obj, root_rank=0, name=None):
     return _h.broadcast_object(obj, root_rank, name=name)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=None,  # noqa: N802
+def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op="average", gradient_predivide_factor=1.0,
                          **kwargs):
     kwargs.setdefault("compression", compression if compression is not None else _h.Compression.none)

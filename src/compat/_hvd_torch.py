@@ -10,6 +10,8 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from src.compat._compression import Compression
+
 _S = {"rank": 0, "size": 1, "local_rank": 0, "local_size": 1, "group": False, "device": "cpu"}
 
 
@@ -118,7 +120,8 @@ def allgather(tensor, name=None):
     dist.all_gather(ns, n)
     ns = [int(x.item()) for x in ns]
     flat = t.reshape(-1) if t.dim() else t.reshape(1)
-    per_row = flat.numel() // max(ns[_S["rank"]], 1) if ns[_S["rank"]] else int(torch.tensor(t.shape[1:]).prod())
+    own_rows = ns[_S["rank"]]
+    per_row = flat.numel() // max(own_rows, 1) if own_rows else int(torch.tensor(t.shape[1:]).prod())
     pad = torch.zeros(max(ns) * per_row, dtype=t.dtype, device=t.device)
     pad[:flat.numel()] = flat
     outs = [torch.empty_like(pad) for _ in range(_S["size"])]
@@ -309,10 +312,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
+                # stacklevel 3: the caller's step() line (torch wraps Optimizer.step in a profiling hook)
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context "
                               "after optimizer.synchronize(). This can cause training slowdown. You may "
                               "want to consider using optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
+                              "optimizer.synchronize() in your code.", stacklevel=3)
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
@@ -328,10 +332,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=None,  # noqa: N802
+def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op="average", gradient_predivide_factor=1.0,
                          **kwargs):
-    from src.compat.hvd import Compression
     unknown = set(kwargs) - {"sparse_as_dense", "groups", "num_groups", "process_set"}
     if unknown:
         raise TypeError(f"DistributedOptimizer got unexpected argument(s) {sorted(unknown)}")

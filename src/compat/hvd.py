@@ -26,10 +26,16 @@ Deliberate differences from Horovod 0.28.1 (both backends):
 * torch backend: ``join()`` is a barrier that returns the last rank to arrive; it does not feed
   zeros into collectives of ranks that are still training (Horovod's uneven-input mode).
 """
+from __future__ import annotations
+
 import logging
 import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Union
 
 import torch
+
+from src.compat._compression import Compression, Compressor
 
 logger = logging.getLogger(__name__)
 
@@ -43,39 +49,17 @@ Min = "min"
 Max = "max"
 Product = "product"
 
-
-class Compression:
-    """Gradient compression, duck-compatible with ``horovod.torch.Compression``."""
-
-    class none:  # noqa: N801 - horovod's spelling
-        @staticmethod
-        def compress(tensor):
-            return tensor, None
-
-        @staticmethod
-        def decompress(tensor, ctx):
-            return tensor
-
-    class fp16:  # noqa: N801
-        @staticmethod
-        def compress(tensor):
-            if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
-                return tensor.to(torch.float16), tensor.dtype
-            return tensor, None
-
-        @staticmethod
-        def decompress(tensor, ctx):
-            return tensor if ctx is None else tensor.to(ctx)
-
+# What broadcast_parameters accepts: a state_dict, named_parameters(), or a plain list of tensors.
+Params = Union[Mapping[str, torch.Tensor], Iterable[tuple[str, torch.Tensor]], Iterable[torch.Tensor]]
 
 _state = {"requested": None, "name": None, "impl": None}
 
 
 class NotInitializedError(ValueError):
-    pass
+    """A collective or query was called before ``hvd.init()``."""
 
 
-def set_backend(name):
+def set_backend(name: str) -> None:
     """Choose the backend before ``init()``: 'auto', 'horovod' or 'torch'."""
     if name not in BACKENDS:
         raise ValueError(f"dist_backend={name!r} is not one of {'|'.join(BACKENDS)}")
@@ -85,7 +69,7 @@ def set_backend(name):
     _state["requested"] = name
 
 
-def _horovod_importable():
+def _horovod_importable() -> bool:
     try:
         import horovod.torch  # noqa: F401
         return True
@@ -93,7 +77,7 @@ def _horovod_importable():
         return False
 
 
-def _resolve_backend():
+def _resolve_backend() -> str:
     name = _state["requested"] or os.environ.get("DIST_BACKEND", "auto") or "auto"
     if name not in BACKENDS:
         raise ValueError(f"DIST_BACKEND={name!r} is not one of {'|'.join(BACKENDS)}")
@@ -120,7 +104,7 @@ def _resolve_backend():
     return name
 
 
-def init(*args, **kwargs):
+def init(*args: Any, **kwargs: Any) -> None:
     """Initialise the chosen backend (idempotent)."""
     if _state["impl"] is not None:
         return
@@ -135,65 +119,69 @@ def init(*args, **kwargs):
                 impl.size(), impl.local_rank(), impl.local_size())
 
 
-def _impl():
+def _impl() -> Any:
     if _state["impl"] is None:
         raise NotInitializedError("hvd has not been initialized; call hvd.init() first")
     return _state["impl"]
 
 
-def is_initialized():
+def is_initialized() -> bool:
+    """Whether ``init()`` has run (and ``shutdown()`` has not)."""
     return _state["impl"] is not None
 
 
-def backend_name():
+def backend_name() -> str | None:
     """'horovod' or 'torch' once initialised; None before."""
     return _state["name"]
 
 
-def shutdown():
+def shutdown() -> None:
+    """Shut the backend down; ``init()`` may be called again afterwards."""
     if _state["impl"] is not None:
         _state["impl"].shutdown()
     _state["impl"] = _state["name"] = None
 
 
-def rank():
+def rank() -> int:
     return _impl().rank()
 
 
-def size():
+def size() -> int:
     return _impl().size()
 
 
-def local_rank():
+def local_rank() -> int:
     return _impl().local_rank()
 
 
-def local_size():
+def local_size() -> int:
     return _impl().local_size()
 
 
-def cross_rank():
+def cross_rank() -> int:
     return rank() // max(local_size(), 1)
 
 
-def gloo_built():
+def gloo_built() -> bool:
     return _impl().gloo_built()
 
 
-def nccl_built():
+def nccl_built() -> bool:
     return _impl().nccl_built()
 
 
-def barrier():
+def barrier() -> None:
     _impl().barrier()
 
 
-def join(device=-1):
+def join(device: int = -1) -> int:
+    """Wait for every rank; returns the rank that arrived last."""
     return _impl().join(device)
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0):
+def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+              compression: Compressor = Compression.none, op: str | None = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduce ``tensor`` over all ranks and return the result (input untouched)."""
     op = _legacy_op(average, op)
     compressed, ctx = compression.compress(tensor)
@@ -202,7 +190,9 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(out, ctx)
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+               op: str | None = None, prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0) -> torch.Tensor:
     """In-place allreduce."""
     out = allreduce(tensor, average=average, name=name, op=op, prescale_factor=prescale_factor,
                     postscale_factor=postscale_factor)
@@ -210,34 +200,36 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return tensor
 
 
-def allgather(tensor, name=None):
+def allgather(tensor: torch.Tensor, name: str | None = None) -> torch.Tensor:
     """Concatenate every rank's tensor along dim 0 (first dims may differ)."""
     return _impl().allgather(tensor, name=name)
 
 
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
+    """The root rank's ``tensor`` on every rank (input untouched)."""
     return _impl().broadcast(tensor, root_rank, name=name)
 
 
-def broadcast_(tensor, root_rank, name=None):
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
+    """In-place broadcast from ``root_rank``."""
     return _impl().broadcast_(tensor, root_rank, name=name)
 
 
-def allgather_object(obj, name=None):
+def allgather_object(obj: Any, name: str | None = None) -> list[Any]:
     """List of every rank's (picklable) object, in rank order. No size limit."""
     if size() == 1:
         return [obj]
     return _impl().allgather_object(obj, name=name)
 
 
-def broadcast_object(obj, root_rank=0, name=None):
+def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
     """Return the root rank's object on every rank."""
     if size() == 1:
         return obj
     return _impl().broadcast_object(obj, root_rank, name=name)
 
 
-def broadcast_parameters(params, root_rank):
+def broadcast_parameters(params: Params, root_rank: int) -> None:
     """Broadcast a state_dict / named-parameter list in place from ``root_rank``.
 
     Dicts are processed in sorted key order (as Horovod), so every rank issues the same sequence.
@@ -248,7 +240,8 @@ def broadcast_parameters(params, root_rank):
         items = list(params)
         items = [(i, p) if not isinstance(p, tuple) else p for i, p in enumerate(items)]
     else:
-        raise ValueError(f"broadcast_parameters: expected a dict or list of (name, tensor), got {type(params)}")
+        raise ValueError("broadcast_parameters: expected a dict or list of (name, tensor), got "
+                         f"{type(params)}")
     if size() == 1:
         return
     for name, p in items:
@@ -258,7 +251,7 @@ def broadcast_parameters(params, root_rank):
         broadcast_(t, root_rank, name=f"bp.{name}")
 
 
-def broadcast_optimizer_state(optimizer, root_rank):
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
     """Make every rank's optimizer state (and hyper-parameters) equal to the root's.
 
     Unlike Horovod it takes no optimizer step: see the module docstring.
@@ -272,9 +265,11 @@ def broadcast_optimizer_state(optimizer, root_rank):
     optimizer.load_state_dict(state)  # casts state tensors to each param's device/dtype
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,  # noqa: N802
-                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         **kwargs):
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+                         named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
+                         compression: Compressor = Compression.none, backward_passes_per_step: int = 1,
+                         op: str = Average, gradient_predivide_factor: float = 1.0,
+                         **kwargs: Any) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so gradients are averaged over ranks (see the module docstring)."""
     if backward_passes_per_step <= 0:
         raise ValueError(f"backward_passes_per_step must be > 0, got {backward_passes_per_step}")
@@ -285,7 +280,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
 
 # ---------------------------------------------------------------------------------------------
-def _legacy_op(average, op):
+def _legacy_op(average: bool | None, op: str | None) -> str:
     if average is not None and op is not None:
         raise ValueError("allreduce: pass either average= (deprecated) or op=, not both")
     if op is None:
@@ -293,11 +288,7 @@ def _legacy_op(average, op):
     return op
 
 
-def _n(name, suffix):
-    return f"{name}.{suffix}" if name else None
-
-
-def _cpu_state_dict(optimizer):
+def _cpu_state_dict(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     sd = optimizer.state_dict()
     sd["state"] = {k: {n: (v.detach().cpu() if torch.is_tensor(v) else v) for n, v in s.items()}
                    for k, s in sd["state"].items()}
