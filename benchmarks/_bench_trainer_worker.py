@@ -68,7 +68,7 @@ class BatchTask(Task):
 
 
 class StepTimer(Hook):
-    """Wall time of each engine step: from the end of the previous ``on_step_end`` to this one, so it
+    """Wall time of each engine step: from the end of the previous ``after_step`` to this one, so it
     holds everything the engine does per step (data, forward/backward, step, logging, checks) and
     nothing the hook itself does. ``between(trainer)``, if given, runs between two engine steps
     (the interleaved baseline step) outside the measured window. Wall time (``times``) and process
@@ -78,10 +78,10 @@ class StepTimer(Hook):
         self.times, self.cpu_times, self.between = [], [], between
         self._t = self._c = None
 
-    def on_train_start(self, trainer):
+    def before_train(self, trainer):
         self._t, self._c = time.perf_counter(), time.process_time()
 
-    def on_step_end(self, trainer):
+    def after_step(self, trainer, result):
         self.times.append(time.perf_counter() - self._t)
         self.cpu_times.append(time.process_time() - self._c)
         if self.between is not None:

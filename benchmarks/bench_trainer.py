@@ -49,8 +49,8 @@ def make_batches(tmp, n_batches, videos, img, num_frm, txt_len):
     """Demo videos -> retrieval training batches (2 texts per video: caption + 1 negative), normalised."""
     from src.datasets.build import build_retrieval_datasets
     from src.datasets.image_ops import ImageNorm
-    from src.modeling.pretrained_paths import default_minilm_dir
     from src.preprocessing.make_demo_data import build_demo_data
+    from src.utils.pretrained_paths import default_minilm_dir
     data = os.path.join(tmp, "demo")
     n_train = max(n_batches * videos, 4)
     build_demo_data(data, n_train=n_train, n_val=2, n_test=2, img_size=img, n_frames=20, fps=10,

@@ -26,4 +26,4 @@ exec docker run --gpus "$GPUS" --ipc=host --rm -it \
   --mount src="$(realpath "$IMG_DIR")",dst=/img,type=bind,readonly \
   --mount src="$(realpath "$OUTPUT")",dst=/storage,type=bind \
   --mount src="$(realpath "$PRETRAIN_DIR")",dst=/pretrain,type=bind,readonly \
-  -e PYTHONPATH=/clipbert -w /clipbert "$IMAGE" "${@:-bash}"
+  -w /clipbert "$IMAGE" "${@:-bash}"

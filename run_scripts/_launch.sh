@@ -3,7 +3,6 @@
 #   LAUNCHER=torchrun: torchrun --nproc_per_node NP instead of horovodrun.
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-$REPO/.venv/bin/python}"
 NP="${NP:-1}"
 launch() {

@@ -7,6 +7,8 @@
 #                PIP_INDEX_URL pointing at the CUDA wheel index of your choice.
 #   VENV_DIR     virtualenv location (default: <repo>/.venv)
 #   SKIP_HOROVOD=1  skip Horovod (the torch.distributed backend of src/compat/hvd.py still works)
+#   SKIP_PROJECT_INSTALL=1  dependencies only, not `pip install -e .` (a Docker layer built before
+#                the source is copied in; the Dockerfile installs the project afterwards)
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV_DIR="${VENV_DIR:-$REPO/.venv}"
@@ -26,7 +28,7 @@ PIP=("$VPY" -m pip --disable-pip-version-check)
 stamp_file="$VENV_DIR/.clipbert_env_stamp"
 want_stamp="$(cat "$REPO/requirements.txt" "$REPO/pyproject.toml" "$REPO/run_scripts/setup_env.sh" "$REPO/run_scripts/install_horovod.sh" | sha256sum | cut -c1-16)-$TORCH_SPEC-${SKIP_HOROVOD:-0}"
 # the editable install must point at this checkout (a venv copied from another clone would not)
-project_here() { (cd / && "$VPY" -c "import os, sys, src; sys.exit(os.path.dirname(os.path.dirname(os.path.abspath(src.__file__))) != os.path.abspath(sys.argv[1]))" "$REPO") 2>/dev/null; }
+project_here() { [ "${SKIP_PROJECT_INSTALL:-0}" = "1" ] || (cd / && "$VPY" -c "import os, sys, src; sys.exit(os.path.dirname(os.path.dirname(os.path.abspath(src.__file__))) != os.path.abspath(sys.argv[1]))" "$REPO") 2>/dev/null; }
 if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ] && project_here \
    && "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX" 2>/dev/null; then
   if [ "${SKIP_HOROVOD:-0}" = "1" ] || "$VPY" -c "import horovod.torch" 2>/dev/null; then
@@ -51,8 +53,10 @@ rm -f "$cons"
 
 # The project itself, editable: `import src...` works from any directory and from
 # `python src/tasks/run_*.py` without path shims. --no-deps: requirements.txt pinned them above.
-log "installing the project (pip install -e $REPO)"
-"${PIP[@]}" install -q --no-deps -e "$REPO" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+if [ "${SKIP_PROJECT_INSTALL:-0}" != "1" ]; then
+  log "installing the project (pip install -e $REPO)"
+  "${PIP[@]}" install -q --no-deps -e "$REPO" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+fi
 project_here || { echo "[setup_env] ERROR: 'pip install -e $REPO' did not make the package importable; see pip output above" >&2; exit 1; }
 
 if [ "${SKIP_HOROVOD:-0}" != "1" ]; then

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Run the whole pytest suite inside the project env (creating/updating it first).
+# Lint (ruff) and the whole pytest suite inside the project env (creating/updating it first).
 #   ./run_scripts/test.sh                 # everything
 #   ./run_scripts/test.sh tests/test_hvd.py -k torchrun   # extra args go to pytest
+#   ./run_scripts/test.sh -m "not multiprocess"            # skip the horovodrun/torchrun tests
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 "$REPO/run_scripts/setup_env.sh"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 set +e
+echo "[test.sh] ruff check (config: pyproject.toml)"
+"$REPO/.venv/bin/ruff" check "$REPO"
+lint_rc=$?
+[ "$lint_rc" -eq 0 ] || echo "[test.sh] ERROR: ruff found problems (see above; 'ruff check --fix' fixes some)" >&2
 "$REPO/.venv/bin/python" -m pytest "$@"
 rc=$?
 set -e
@@ -16,4 +20,5 @@ if [ "$rc" -eq 5 ]; then
   echo "[test.sh] ERROR: pytest collected no tests (exit code 5)" >&2
   exit 1
 fi
-exit "$rc"
+[ "$rc" -ne 0 ] && exit "$rc"
+exit "$lint_rc"

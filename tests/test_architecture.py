@@ -47,10 +47,23 @@ def _modules():
 MODULES = _modules()
 
 
+def _type_checking_nodes(tree):
+    """Nodes under ``if TYPE_CHECKING:`` (annotations only, never imported at run time)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
 def _imports(path):
-    """Every ``src`` module a file imports, at module level or inside functions."""
+    """Every ``src`` module a file imports at run time, at module level or inside functions."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "src")
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("src"):

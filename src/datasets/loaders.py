@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from src.datasets.image_ops import ImageNorm
+from src.utils.device import move_to_device
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +52,6 @@ class InfiniteIterator:
                 sampler.set_epoch(self.epoch)
             yield from self.iterable
             self.epoch += 1
-
-
-def move_to_device(batch, device, non_blocking=True):
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, dict):
-        return {k: move_to_device(v, device, non_blocking) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in batch):
-        return type(batch)(move_to_device(v, device, non_blocking) for v in batch)
-    return batch
 
 
 class PrefetchLoader:

@@ -125,7 +125,7 @@ class ClipBertTask(Task):
         Returns ``(model, result_dir)``.
         """
         from src.training.inference import inference_result_dir, load_trained_model, prepare_inference_config
-        if not cfg.get("output_dir"):
+        if not cfg.output_dir:
             raise ValueError("--output_dir must point at the training run to run inference from")
         if not cfg.inference_txt_db:
             raise ValueError("--inference_txt_db is not set: give the annotation file to run inference on")

@@ -1,20 +1,22 @@
 """The one training engine every task uses (ClipBERT copied its loop into each ``run_*.py``).
 
-A task supplies a :class:`Task` (model, training data, loss, evaluation); :class:`Trainer` does the
-rest, in ClipBERT's order (reference spec §6; Horovod + apex recipe in apex_amp_legacy.md §7):
+A task supplies a :class:`~src.training.task.Task` (model, training data, loss, evaluation);
+:class:`Trainer` does the rest, in ClipBERT's order:
 
-setup: ``hvd.init()``, device ``cuda:local_rank`` (else CPU), seed, model, named param groups,
-``hvd.DistributedOptimizer(backward_passes_per_step=gradient_accumulation_steps)``, parameter and
-optimizer-state broadcast, then ``amp.initialize(O2, keep_batchnorm_fp32=True)`` when ``fp16``.
+set-up: ``hvd.init()``, device ``cuda:local_rank`` (else CPU), seed, model, named param groups,
+``hvd.DistributedOptimizer(backward_passes_per_step=gradient_accumulation_steps)``, the restore file if
+there is one, parameter and optimizer-state broadcast, then the precision's ``prepare`` (for ``--fp16 1``
+``amp.initialize(O2, keep_batchnorm_fp32=True)``, after the broadcast as in ClipBERT).
 
-micro-step: forward, ``loss / gradient_accumulation_steps``, backward inside
-``amp.scale_loss(delay_unscale=not boundary)``; at the boundary ``zero_none_grad`` and
-``optimizer.synchronize()`` (the single allreduce of the step, still inside scale_loss), then the LR
-schedules by group role, ``clip_grad_norm_(amp.master_params(opt), grad_norm)`` unless -1, the step
-in ``skip_synchronize()``, ``zero_grad``. Validation every ``valid_steps`` and at the end, best
-checkpoint / early stopping, restore file every ``save_steps``.
+:meth:`Trainer.run_step` is one optimizer step, read top to bottom: for each of the k micro-batches a
+forward, ``loss / k`` and backward inside the precision's ``scale_loss`` (``delay_unscale`` on all but
+the last), with ``zero_none_grad`` + ``optimizer.synchronize()`` (the step's single allreduce) inside
+the last one; then the loss statistics of all ranks, the LR schedules by group role, gradient clipping
+on the master params, the step in ``skip_synchronize()``, ``zero_grad``. It returns a
+:class:`StepResult`. Everything periodic (logging, validation, checkpoints) is a hook
+(``src.training.hooks``); fp32 / bf16 / amp O2 differ only inside ``src.training.precision``.
 
-Documented differences from ClipBERT:
+Differences from ClipBERT's loop (README, "Behaviour differences and fixed bugs"):
 
 * the loss is divided by ``gradient_accumulation_steps`` (ClipBERT summed the micro-step gradients,
   so its effective LR grew with accumulation); k micro-batches of b equal one batch of k*b;
@@ -28,176 +30,110 @@ Documented differences from ClipBERT:
 * the "epoch" of multi_step schedules is the data loader's epoch (ClipBERT derived it from the
   step count, which is the same number up to rounding at epoch ends).
 """
+from __future__ import annotations
+
 import json
 import logging
 import math
 import os
-import sys
 import time
-from contextlib import nullcontext
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 
 import src.compat.hvd as hvd
-from src.datasets.loaders import move_to_device
 from src.optimization.param_groups import build_optimizer, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training.checkpoint import ModelSaver, TrainingRestorer, fp32_state_dict
 from src.training.data import ResumableDistributedSampler, build_train_dataloader
+from src.training.hooks import Hook, MetricsWriter, RestoreSaver, Validation, flatten_metrics, metric_mode
+from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
+from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
+from src.training.task import Task
+from src.utils.device import move_to_device, training_device
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
-from src.utils.misc import get_rng_states, set_random_seed, set_rng_states, zero_none_grad
+from src.utils.misc import NoOp, get_rng_states, set_random_seed, set_rng_states, zero_none_grad
 
 logger = logging.getLogger(__name__)
 
-MAX_FP16_NONFINITE_STEPS = 20  # consecutive optimizer steps with a non-finite loss under fp16
+__all__ = ["Trainer", "StepResult", "NonFiniteLossError", "Task", "Hook", "RunPlan", "flatten_metrics",
+           "metric_mode", "num_train_steps", "valid_interval", "save_interval", "MAX_FP16_NONFINITE_STEPS"]
+
+MAX_FP16_NONFINITE_STEPS = AMP_TOLERATED_NONFINITE_STEPS
 
 
 class NonFiniteLossError(RuntimeError):
     """Training stopped on a NaN/inf loss; the message names the step and the last good checkpoint."""
 
 
-class Task:
-    """What a task script supplies. Override the methods marked *required*.
+@dataclass
+class StepResult:
+    """What one optimizer step did. Loss figures and counts are over all ranks."""
 
-    ``main_metric``: key of :meth:`evaluate`'s (flattened) result used for the best checkpoint and
-    early stopping when ``cfg.best_metric`` is unset.
-    """
-    main_metric = "loss"
-
-    def build_model(self, cfg):  # required
-        """The model (``nn.Module``); the engine moves it to the device."""
-        raise NotImplementedError
-
-    def build_train_data(self, cfg):  # required
-        """``(dataset, collate_fn)``; ``len(dataset)`` is the number of training groups."""
-        raise NotImplementedError
-
-    def wrap_train_loader(self, loader, cfg, device):
-        """Wrap the engine's DataLoader (e.g. in a PrefetchLoader). Default: unchanged.
-
-        The wrapper must yield one item per DataLoader batch, in order (the data position counts
-        them); for a batch with nothing usable yield ``None``: the engine then runs a zero-loss
-        micro-step so accumulation and the allreduce stay aligned across ranks.
-        """
-        return loader
-
-    def forward_train(self, model, batch, cfg):  # required
-        """Mean loss of one micro-batch (scalar tensor), or a dict with 'loss' and extra scalars."""
-        raise NotImplementedError
-
-    def evaluate(self, model, cfg, global_step):  # required
-        """Validation metrics (called on every rank, model in eval mode under no_grad).
-
-        Return a (possibly nested) dict of numbers, complete on rank 0 (gather across ranks with
-        src.utils.distributed.all_gather_list); nested keys are joined with '_'
-        (``{"text2video": {"r1": ..}}`` -> ``text2video_r1``, TB tag ``valid/text2video_r1``).
-        """
-        raise NotImplementedError
-
-    def batch_size(self, batch):
-        """Examples in a batch, for throughput logging."""
-        if isinstance(batch, dict):
-            if "n_examples_list" in batch:
-                return len(batch["n_examples_list"])
-            for v in batch.values():
-                if torch.is_tensor(v) and v.dim() > 0:
-                    return v.size(0)
-        return 1
-
-    def model_config(self, cfg):
-        """Dict written to ``log/model_config.json`` (default: the cfg.model_config file's content)."""
-        path = cfg.get("model_config")
-        if path and os.path.isfile(path):
-            with open(path) as f:
-                return json.load(f)
-        return None
-
-
-class Hook:
-    """Optional callbacks; subclass and override what you need."""
-
-    def on_train_start(self, trainer):
-        pass
-
-    def on_step_end(self, trainer):
-        pass
-
-    def on_validation_end(self, trainer, metrics):
-        pass
-
-    def on_train_end(self, trainer, summary):
-        pass
-
-
-def flatten_metrics(d, prefix=""):
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}_{k}" if prefix else str(k)
-        if isinstance(v, dict):
-            out.update(flatten_metrics(v, key))
-        elif isinstance(v, bool):
-            out[key] = float(v)
-        elif isinstance(v, (int, float)):
-            out[key] = float(v)
-        elif torch.is_tensor(v) and v.numel() == 1:
-            out[key] = float(v.item())
-    return out
-
-
-def num_train_steps(n_examples, epochs, world, batch_size, accum):
-    """ClipBERT: ``ceil(epochs * n_groups / (n_gpu * bsz * accum))``."""
-    return int(math.ceil(epochs * n_examples / (world * batch_size * accum)))
-
-
-def valid_interval(total_steps, num_valid, min_valid_steps):
-    """ClipBERT: ``ceil(T / num_valid / min_valid_steps) * min_valid_steps`` (T=1234 -> 100)."""
-    return int(math.ceil(total_steps / num_valid / min_valid_steps)) * min_valid_steps
-
-
-def save_interval(total_steps, save_steps_ratio):
-    return max(1, int(save_steps_ratio * total_steps))
-
-
-def metric_mode(name, mode="auto"):
-    if mode != "auto":
-        return mode
-    low = name.lower()
-    return "min" if low.endswith("loss") or low.endswith("medianr") or low.endswith("meanr") else "max"
+    step: int  # the global step just taken (1-based)
+    loss: float  # mean loss of the step's finite micro-batches (nan if none was finite)
+    n_nonfinite: int  # micro-batches with a nan/inf loss
+    grad_norm: float | None  # total norm before clipping (None: grad_norm -1, no clipping)
+    skipped: bool  # the optimizer step was skipped (amp: gradient overflow)
+    skipped_total: int  # steps skipped so far in this process
+    loss_scale: float | None  # amp's loss scale after the step (None without loss scaling)
+    lr_transformer: float
+    lr_cnn: float
+    n_examples: int  # examples this rank trained on in this step
+    seconds: float  # wall time of the step, data loading included
+    data_wait: float  # of which waiting for the data loader
+    extras: dict = field(default_factory=dict)  # extra scalars the task's forward returned
 
 
 class Trainer:
-    """``Trainer(cfg, task, hooks=()).train()`` -> summary dict (see :meth:`train`)."""
+    """``Trainer(cfg, task, hooks=()).train()`` -> summary dict (see :meth:`train`).
 
-    def __init__(self, cfg, task, hooks=()):
-        if not cfg.get("output_dir"):
+    ``hooks`` run after the default hooks (:meth:`default_hooks`) and the task's own
+    (``Task.build_hooks``); see ``src.training.hooks`` for the order and which hooks are collective.
+    """
+
+    def __init__(self, cfg, task: Task, hooks: Iterable[Hook] = ()):
+        if not cfg.output_dir:
             raise ValueError("output_dir is not set: give --output_dir (or output_dir in the JSON config)")
-        self.cfg, self.task, self.hooks = cfg, task, list(hooks)
-        self.global_step = 0
-        self.epoch = 0
-        self.batches_in_epoch = 0
+        self.cfg, self.task = cfg, task
+        self._extra_hooks = list(hooks)
+        self.hooks: list[Hook] = []
+        self.global_step = self.epoch = self.batches_in_epoch = 0
         self.best = {"metric": None, "value": None, "step": None, "bad_validations": 0}
         self.finished = False
-        self.last_metrics = None
-        self.model = self.optimizer = None
-        self.amp = None
+        self.last_metrics: dict | None = None
+        self.model = self.optimizer = self.plan = None
+        self.precision: FullPrecision | None = None
+        self.tb, self._log_handler = NoOp(), None
+        self._nonfinite_streak = 0
 
-    # ------------------------------------------------------------------------------------------
-    def _setup(self):
-        cfg = self.cfg
+    # ---------------------------------------------------------------------------------- set-up
+    def setup(self) -> None:
+        """Processes, outputs, model + optimizer + data, resume; then the hooks."""
+        self._init_process()
+        self._init_outputs()
+        self._build()
+        self.hooks = self.default_hooks() + list(self.task.build_hooks(self.cfg)) + self._extra_hooks
+
+    def default_hooks(self) -> list[Hook]:
+        """Metrics writer, validation (+ best checkpoint, early stopping), restore file — in this order."""
+        return [MetricsWriter(self.cfg.log_interval),
+                Validation(self.plan.valid_steps, self.cfg.early_stop_patience),
+                RestoreSaver(self.plan.save_steps)]
+
+    def _init_process(self) -> None:
         if not hvd.is_initialized():
-            hvd.set_backend(cfg.get("dist_backend", "auto"))
+            hvd.set_backend(self.cfg.dist_backend)
         hvd.init()
         self.rank, self.world = hvd.rank(), hvd.size()
         self.is_main = self.rank == 0
-        if torch.cuda.is_available():
-            torch.cuda.set_device(hvd.local_rank())
-            self.device = torch.device("cuda", hvd.local_rank())
-        else:
-            self.device = torch.device("cpu")
-        set_random_seed(cfg.seed)
-        out = cfg.output_dir
+        self.device = training_device(hvd.local_rank())
+        set_random_seed(self.cfg.seed)
+
+    def _init_outputs(self) -> None:
+        out = self.cfg.output_dir
         self.log_dir, self.ckpt_dir = os.path.join(out, "log"), os.path.join(out, "ckpt")
-        self._log_handler = None
         if self.is_main:
             os.makedirs(self.log_dir, exist_ok=True)
             os.makedirs(self.ckpt_dir, exist_ok=True)
@@ -209,334 +145,157 @@ class Trainer:
         self.saver = ModelSaver(self.ckpt_dir) if self.is_main else None
         self.restorer = TrainingRestorer(self.ckpt_dir)
 
+    def _build(self) -> None:
+        cfg = self.cfg
         model = self.task.build_model(cfg).to(self.device)
         dataset, collate_fn = self.task.build_train_data(cfg)
-        self.n_examples = len(dataset)
-        accum = cfg.gradient_accumulation_steps
-        self.total_steps = num_train_steps(self.n_examples, cfg.num_train_epochs, self.world,
-                                           cfg.train_batch_size, accum)
-        self.stop_step = min(self.total_steps, 3) if cfg.get("debug") else self.total_steps
-        self.valid_steps = valid_interval(self.total_steps, cfg.num_valid, cfg.min_valid_steps)
-        self.save_steps = save_interval(self.total_steps, cfg.save_steps_ratio)
-        cfg.num_train_steps, cfg.valid_steps, cfg.save_steps = self.total_steps, self.valid_steps, self.save_steps
-        cfg.n_gpu = self.world
-        self.best["metric"] = cfg.get("best_metric") or self.task.main_metric
-        self.best_mode = metric_mode(self.best["metric"], cfg.get("best_metric_mode", "auto"))
+        self.plan = RunPlan.build(cfg, len(dataset), self.world)
+        self.best["metric"] = cfg.best_metric or self.task.main_metric
         if self.is_main:
-            self._write_json("args.json", cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
-            mc = self.task.model_config(cfg)
-            if mc is not None:
-                self._write_json("model_config.json", mc)
-
-        optimizer = build_optimizer(model, cfg)
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                             backward_passes_per_step=accum)
+            self._write_run_files()
+        optimizer = hvd.DistributedOptimizer(build_optimizer(model, cfg), named_parameters=model.named_parameters(),
+                                             backward_passes_per_step=self.plan.gradient_accumulation_steps)
         state = self.restorer.load()
         if state is not None:
             model.load_state_dict(state["model"])
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        if cfg.fp16:
-            from src.compat import amp
-            self.amp = amp
-            model, optimizer = amp.initialize(model, optimizer, opt_level="O2",
-                                              keep_batchnorm_fp32=True, verbosity=0)
-        self.model, self.optimizer = model, optimizer
-        # after amp.initialize (which may cast them): the parameters the per-step code touches
-        self._trainable = [p for p in model.parameters() if p.requires_grad]
+        self.precision = build_precision(cfg, self.device)
+        self.model, self.optimizer = self.precision.prepare(model, optimizer)
+        # after prepare (which may cast them): the parameters the per-step code touches
+        self._trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.running_loss = RunningMeter("loss")
-        self.sampler = ResumableDistributedSampler(self.n_examples, self.world, self.rank, shuffle=True,
+        self.sampler = ResumableDistributedSampler(self.plan.n_examples, self.world, self.rank, shuffle=True,
                                                    seed=cfg.seed)
-        loader = build_train_dataloader(dataset, self.sampler, cfg.train_batch_size, collate_fn,
-                                        cfg.n_workers, cfg.pin_mem and self.device.type == "cuda",
-                                        seed=cfg.seed)
+        loader = build_train_dataloader(dataset, self.sampler, cfg.train_batch_size, collate_fn, cfg.n_workers,
+                                        cfg.pin_mem and self.device.type == "cuda", seed=cfg.seed)
         self.loader = self.task.wrap_train_loader(loader, cfg, self.device)
         if state is not None:
             self._load_restore_state(state)
-        logger.info("training: %d examples, %d processes, batch %d x accum %d -> %d steps; validate every "
-                    "%d, restore file every %d steps", self.n_examples, self.world, cfg.train_batch_size,
-                    accum, self.total_steps, self.valid_steps, self.save_steps)
+        p = self.plan
+        logger.info("training: %d examples, %d processes, batch %d x accum %d -> %d steps (%s); validate "
+                    "every %d, restore file every %d steps", p.n_examples, p.world_size, p.train_batch_size,
+                    p.gradient_accumulation_steps, p.num_train_steps, self.precision.name, p.valid_steps,
+                    p.save_steps)
 
-    def _write_json(self, name, obj):
+    def _write_run_files(self) -> None:
+        """``log/args.json`` (the config + ClipBERT's derived keys), ``log/run_plan.json``,
+        ``log/model_config.json``."""
+        self._write_json("args.json", {**self.cfg.to_dict(), **self.plan.clipbert_args()})
+        self._write_json("run_plan.json", self.plan.to_dict())
+        mc = self.task.model_config(self.cfg)
+        if mc is not None:
+            self._write_json("model_config.json", mc)
+
+    def _write_json(self, name: str, obj) -> None:
         with open(os.path.join(self.log_dir, name), "w") as f:
             json.dump(obj, f, indent=4, default=str)
 
-    # ------------------------------------------------------------------------------------------
-    def _master_params(self):
-        if self.amp is not None:
-            return list(self.amp.master_params(self.optimizer))
-        return [p for g in self.optimizer.param_groups for p in g["params"]]
+    # ---------------------------------------------------------------------------------- the step
+    def run_step(self) -> StepResult:
+        """One optimizer step over ``gradient_accumulation_steps`` micro-batches, one allreduce."""
+        k, opt, precision = self.plan.gradient_accumulation_steps, self.optimizer, self.precision
+        t0, self._data_wait, n_examples = time.perf_counter(), 0.0, 0
+        skipped_before = precision.skipped_steps()
+        stats = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, #non-finite, #finite
+        for micro in range(k):
+            batch = self._next_batch()
+            loss, extras = self._forward(batch, stats)
+            n_examples += self.task.batch_size(batch) if batch is not None else 0
+            last = micro == k - 1
+            with precision.scale_loss(loss / k, opt, delay_unscale=not last) as scaled:
+                scaled.backward()
+                if last:  # the step's single allreduce, inside scale_loss (apex + Horovod recipe)
+                    zero_none_grad(self._trainable)
+                    opt.synchronize()
+        loss, n_bad = self._reduce_loss_stats(stats)
+        self._check_finite(n_bad)  # before the step: a stop keeps the last good weights
+        self.global_step += 1
+        lr_t, lr_c = self._set_lr()
+        grad_norm = self._clip_grad_norm()
+        with opt.skip_synchronize():
+            opt.step()
+        opt.zero_grad()
+        skipped_total = precision.skipped_steps()
+        return StepResult(step=self.global_step, loss=loss, n_nonfinite=n_bad, grad_norm=grad_norm,
+                          skipped=skipped_total > skipped_before, skipped_total=skipped_total,
+                          loss_scale=precision.loss_scale(), lr_transformer=lr_t, lr_cnn=lr_c,
+                          n_examples=n_examples, seconds=time.perf_counter() - t0,
+                          data_wait=self._data_wait, extras=extras)
 
-    def _masters_by_name(self):
-        """Parameter name -> the tensor the optimizer updates (the fp32 master under amp O2)."""
-        out = {}
-        for g in self.optimizer.param_groups:
-            for n, p in zip(g["param_names"], g["params"]):
-                out[n] = p
-        return out
-
-    def model_state_dict(self):
-        return fp32_state_dict(self.model, masters_by_name=self._masters_by_name() if self.amp else None)
-
-    def _restore_state(self):
-        rngs = hvd.allgather_object(get_rng_states())
-        return {
-            "global_step": self.global_step, "epoch": self.epoch,
-            "batches_in_epoch": self.batches_in_epoch, "world_size": self.world,
-            "train_batch_size": self.cfg.train_batch_size, "num_train_steps": self.total_steps,
-            "model": self.model_state_dict(), "optimizer": self.optimizer.state_dict(),
-            "amp": self.amp.state_dict() if self.amp is not None else None,
-            "rng": rngs, "best": dict(self.best), "finished": self.finished,
-            "running_loss": self.running_loss.val,
-        }
-
-    def save_restore(self):
-        state = self._restore_state()  # collective: every rank calls it
-        if self.is_main:
-            self.restorer.save(state)
-
-    def _load_restore_state(self, state):
-        cfg = self.cfg
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.amp is not None:
-            masters = self._masters_by_name()
-            with torch.no_grad():
-                for n, p in masters.items():
-                    p.copy_(state["model"][n])
-                for n, p in self.model.named_parameters():
-                    if n in masters:
-                        p.copy_(state["model"][n])
-            if state.get("amp") is not None:
-                self.amp.load_state_dict(state["amp"])
-        self.global_step = state["global_step"]
-        self.epoch, self.batches_in_epoch = state["epoch"], state["batches_in_epoch"]
-        self.best.update(state["best"])
-        self.finished = state.get("finished", False)
-        if state.get("running_loss") is not None:
-            self.running_loss(state["running_loss"])
-        if state["num_train_steps"] != self.total_steps:
-            logger.warning("resume: the run was planned for %d steps, now %d (config changed?)",
-                           state["num_train_steps"], self.total_steps)
-        same_layout = (state["world_size"] == self.world
-                       and state["train_batch_size"] == cfg.train_batch_size)
-        if same_layout:
-            set_rng_states(state["rng"][self.rank])
+    def _forward(self, batch, stats: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """fp32 loss of one micro-batch (added to ``stats``) and the task's extra scalars."""
+        if batch is None:  # nothing usable (e.g. every video undecodable): a zero loss that touches
+            # every parameter keeps accumulation and the gradient hooks aligned across ranks
+            return sum(p.sum() for p in self._trainable) * 0.0, {}
+        with self.precision.autocast():
+            out = self.task.forward_train(self.model, batch, self.cfg)
+        if isinstance(out, dict):
+            loss = out["loss"]
+            extras = {k: v.detach() if torch.is_tensor(v) else v for k, v in out.items() if k != "loss"}
         else:
-            consumed = state["batches_in_epoch"] * state["train_batch_size"] * state["world_size"]
-            self.batches_in_epoch = consumed // (cfg.train_batch_size * self.world)
-            set_random_seed(cfg.seed + 1000 * self.rank + self.global_step)
-            logger.warning("resume: saved with %d processes x batch %d, now %d x %d; the data position "
-                           "is rescaled and RNGs reseeded, so the continuation is not bit-exact",
-                           state["world_size"], state["train_batch_size"], self.world, cfg.train_batch_size)
-        logger.info("resumed from %s at step %d (epoch %d, %d batches into it)", self.restorer.path,
-                    self.global_step, self.epoch, self.batches_in_epoch)
+            loss, extras = out, {}
+        lv = loss.detach().double()  # kept on the device: one sync per optimizer step, not per micro-step
+        finite = torch.isfinite(lv)
+        stats += torch.stack([torch.where(finite, lv, torch.zeros_like(lv)), (~finite).double(), finite.double()])
+        return loss.float(), extras
 
-    # ------------------------------------------------------------------------------------------
-    def _batches(self):
-        """(epoch, batch) forever, continuing at the saved data position."""
+    def _next_batch(self):
+        t = time.perf_counter()
+        batch = next(self._data)
+        self._data_wait += time.perf_counter() - t
+        return None if batch is None else move_to_device(batch, self.device)
+
+    def _batches(self) -> Iterator:
+        """Batches forever, epoch after epoch, continuing at the saved data position."""
         while True:
             self.sampler.set_epoch(self.epoch)
             self.sampler.skip(self.batches_in_epoch * self.cfg.train_batch_size)
             if len(self.sampler) > 0:
-                it = iter(self.loader)
-                while True:
-                    t0 = time.perf_counter()
-                    try:
-                        batch = next(it)
-                    except StopIteration:
-                        break
-                    self._data_wait += time.perf_counter() - t0
+                for batch in self.loader:
                     self.batches_in_epoch += 1
                     yield batch
             self.epoch += 1
             self.batches_in_epoch = 0
 
-    def _lrs(self):
-        cfg = self.cfg
-        lr_t = get_lr_sched(self.global_step, cfg.decay, cfg.learning_rate, self.total_steps,
-                            cfg.warmup_ratio, cfg.step_decay_epochs or [], self.epoch)
-        lr_c = get_lr_sched(self.global_step, cfg.cnn_lr_decay, cfg.cnn_learning_rate, self.total_steps,
-                            cfg.warmup_ratio, cfg.cnn_step_decay_epochs or [], self.epoch)
+    def _reduce_loss_stats(self, stats: torch.Tensor) -> tuple[float, int]:
+        if self.world > 1:
+            stats = hvd.allreduce(stats, op=hvd.Sum, name="engine.loss_stats")
+        loss_sum, n_bad, n_ok = stats.tolist()
+        return (loss_sum / n_ok if n_ok > 0 else float("nan")), int(n_bad)
+
+    def _set_lr(self) -> tuple[float, float]:
+        cfg, step, total = self.cfg, self.global_step, self.plan.num_train_steps
+        lr_t = get_lr_sched(step, cfg.decay, cfg.learning_rate, total, cfg.warmup_ratio,
+                            cfg.step_decay_epochs or [], self.epoch)
+        lr_c = get_lr_sched(step, cfg.cnn_lr_decay, cfg.cnn_learning_rate, total, cfg.warmup_ratio,
+                            cfg.cnn_step_decay_epochs or [], self.epoch)
+        set_lr(self.optimizer, {"transformer": lr_t, "cnn": lr_c})
         return lr_t, lr_c
 
-    def _loss_scale(self):
-        try:
-            sd = self.amp.state_dict()
-            return float(next(iter(sd.values()))["loss_scale"])
-        except Exception:
+    def _clip_grad_norm(self) -> float | None:
+        if self.cfg.grad_norm == -1:
             return None
+        params = self.precision.master_params(self.optimizer)
+        return float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_norm))
 
-    def train(self):
-        """Train to ``num_train_steps`` (resuming from ``ckpt/restore.pt`` if present).
+    def _check_finite(self, n_bad: int) -> None:
+        """Stop on a non-finite loss; under dynamic loss scaling only after a streak of them (amp skips
+        such steps itself). Every rank sees the same allreduced count, so all stop together."""
+        self._nonfinite_streak = self._nonfinite_streak + 1 if n_bad else 0
+        if n_bad and self._nonfinite_streak > self.precision.tolerated_nonfinite_steps:
+            self._abort_nonfinite(n_bad)
 
-        Returns ``{"global_step", "num_train_steps", "best": {metric, value, step}, "last_metrics",
-        "stopped_early"}``.
-        """
-        try:
-            self._setup()
-            for h in self.hooks:
-                h.on_train_start(self)
-            if self.finished or self.global_step >= self.stop_step:
-                logger.info("training already finished at step %d (%s); nothing to do", self.global_step,
-                            self.restorer.path)
-                return self._summary()
-            self._loop()
-            summary = self._summary()
-            for h in self.hooks:
-                h.on_train_end(self, summary)
-            return summary
-        finally:
-            self.tb.close()
-            if getattr(self, "_log_handler", None) is not None:
-                remove_log_file(self._log_handler)
-
-    def _summary(self):
-        return {"global_step": self.global_step, "num_train_steps": self.total_steps,
-                "best": {k: self.best[k] for k in ("metric", "value", "step")},
-                "last_metrics": self.last_metrics, "stopped_early": self.finished and
-                self.global_step < self.stop_step}
-
-    def _loop(self):
-        cfg, model, opt = self.cfg, self.model, self.optimizer
-        accum = cfg.gradient_accumulation_steps
-        model.train()
-        if self.amp is not None:  # ClipBERT's "quick hack for amp delay_unscale bug": lazy init
-            with opt.skip_synchronize():
-                opt.zero_grad()
-                if self.global_step == 0:
-                    opt.step()
-        opt.zero_grad()
-        autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if cfg.get("bf16") \
-            else nullcontext
-        pbar = None
-        if self.is_main:
-            from tqdm import tqdm
-            pbar = tqdm(total=self.stop_step, initial=self.global_step, desc="train", dynamic_ncols=True,
-                        mininterval=2.0, file=sys.stderr)
-        try:
-            self._steps(pbar, autocast, accum)
-        finally:
-            if pbar is not None:
-                pbar.close()
-
-    def _steps(self, pbar, autocast, accum):
-        cfg, model, opt = self.cfg, self.model, self.optimizer
-        self._data_wait = 0.0
-        t_log, n_ex, wait_log, micro = time.perf_counter(), 0, 0.0, 0
-        # [loss sum, non-finite count, finite count] of this step's micro-batches, kept on the device
-        # so that reading the loss costs one sync per optimizer step, not one per micro-step
-        acc = torch.zeros(3, dtype=torch.float64, device=self.device)
-        extra = {}
-        fp16_bad_steps = 0
-        for batch in self._batches():
-            micro += 1
-            boundary = micro == accum
-            if batch is None:  # nothing usable in this batch (e.g. every video undecodable):
-                # a zero-loss micro-step keeps accumulation and gradient hooks aligned across ranks
-                loss = sum(p.sum() for p in self._trainable) * 0.0
-            else:
-                batch = move_to_device(batch, self.device)
-                n_ex += self.task.batch_size(batch)
-                with autocast():
-                    out = self.task.forward_train(model, batch, cfg)
-                if isinstance(out, dict):
-                    loss = out["loss"]
-                    for k, v in out.items():
-                        if k != "loss":
-                            extra[k] = float(v)
-                else:
-                    loss = out
-                lv = loss.detach().double()
-                fin = torch.isfinite(lv)
-                acc += torch.stack([torch.where(fin, lv, torch.zeros_like(lv)), (~fin).double(), fin.double()])
-            loss = loss.float() / accum
-            if self.amp is not None:
-                with self.amp.scale_loss(loss, opt, delay_unscale=not boundary) as scaled:
-                    scaled.backward()
-                    if boundary:
-                        zero_none_grad(self._trainable)
-                        opt.synchronize()
-            else:
-                loss.backward()
-                if boundary:
-                    zero_none_grad(self._trainable)
-                    opt.synchronize()
-            if not boundary:
-                continue
-            # ---- optimizer step ----
-            micro = 0
-            stats = hvd.allreduce(acc, op=hvd.Sum, name="engine.loss_stats") if self.world > 1 else acc
-            stats = stats.tolist()
-            acc.zero_()
-            g_bad = int(stats[1])
-            if g_bad:
-                if self.amp is None:
-                    self._abort_nonfinite(int(g_bad))
-                fp16_bad_steps += 1
-                if fp16_bad_steps > MAX_FP16_NONFINITE_STEPS:
-                    self._abort_nonfinite(int(g_bad), fp16=True)
-            else:
-                fp16_bad_steps = 0
-            g_ok = stats[2]
-            step_loss = stats[0] / g_ok if g_ok > 0 else float("nan")
-            self.global_step += 1
-            lr_t, lr_c = self._lrs()
-            set_lr(opt, {"transformer": lr_t, "cnn": lr_c})
-            grad_norm = None
-            if cfg.grad_norm != -1:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self._master_params(), cfg.grad_norm))
-            with opt.skip_synchronize():
-                opt.step()
-            opt.zero_grad()
-            # ---- logging ----
-            if math.isfinite(step_loss):
-                self.running_loss(step_loss)
-            logs = {"train/loss": self.running_loss.val if self.running_loss.val is not None else step_loss,
-                    "train/lr_transformer": lr_t, "train/lr_cnn": lr_c}
-            if grad_norm is not None:
-                logs["train/grad_norm"] = grad_norm
-            if self.amp is not None:
-                scale = self._loss_scale()
-                if scale is not None:
-                    logs["train/loss_scale"] = scale
-            for k, v in extra.items():
-                logs[f"train/{k}"] = v
-            now = time.perf_counter()
-            dt = max(now - t_log, 1e-9)
-            logs["perf/examples_per_s"] = n_ex * self.world / dt
-            logs["perf/data_wait_ratio"] = (self._data_wait - wait_log) / dt
-            self.tb.log_scalar_dict(logs, step=self.global_step)
-            if self.global_step % cfg.get("log_interval", 100) == 0 or self.global_step == self.stop_step:
-                logger.info("step %d/%d epoch %d: loss %.4f lr %.3g/%.3g%s %.1f ex/s data wait %.0f%%",
-                            self.global_step, self.total_steps, self.epoch, logs["train/loss"], lr_t, lr_c,
-                            f" grad_norm {grad_norm:.3f}" if grad_norm is not None else "",
-                            logs["perf/examples_per_s"], 100 * logs["perf/data_wait_ratio"])
-            if pbar is not None:
-                pbar.update(1)
-            # ---- validation / checkpoints ----
-            last = self.global_step >= self.stop_step
-            if self.global_step % self.valid_steps == 0 or last:
-                self._validate()
-            if self.global_step % self.save_steps == 0 or last or self.finished:
-                if last:
-                    self.finished = True
-                self.save_restore()
-            for h in self.hooks:
-                h.on_step_end(self)
-            if last or self.finished:
-                break
-            t_log, n_ex, wait_log = time.perf_counter(), 0, self._data_wait  # excl. validation/saving
-
-    def _abort_nonfinite(self, n_bad, fp16=False):
-        """Collective (every rank sees the same allreduced count): save the good weights and stop."""
+    def _abort_nonfinite(self, n_bad: int) -> None:
         path = os.path.join(self.ckpt_dir, f"model_step_{self.global_step}.pt")
         if self.is_main:
             self.saver.save(self.model_state_dict(), self.global_step)
         restore_step = None
         if os.path.exists(self.restorer.path):
             restore_step = torch.load(self.restorer.path, map_location="cpu", weights_only=False)["global_step"]
-        what = (f"{MAX_FP16_NONFINITE_STEPS} consecutive steps with a non-finite loss under fp16"
-                if fp16 else f"non-finite loss (nan/inf) in {n_bad} micro-batch(es)")
+        tolerated = self.precision.tolerated_nonfinite_steps
+        what = (f"{tolerated} consecutive steps with a non-finite loss under fp16" if tolerated
+                else f"non-finite loss (nan/inf) in {n_bad} micro-batch(es)")
         msg = (f"training stopped at step {self.global_step + 1} (epoch {self.epoch}): {what}; last good "
                f"weights (after step {self.global_step}) saved to {path}; "
                + (f"ckpt/restore.pt holds step {restore_step} to resume from; " if restore_step is not None
@@ -545,41 +304,106 @@ class Trainer:
         logger.error(msg)
         raise NonFiniteLossError(msg)
 
-    def _validate(self):
-        model = self.model
-        model.eval()
-        with torch.no_grad():
-            metrics = self.task.evaluate(model, self.cfg, self.global_step)
-        model.train()
-        metrics = flatten_metrics(metrics or {})
-        metrics = hvd.broadcast_object(metrics, root_rank=0)
-        self.last_metrics = metrics
-        self.tb.log_scalar_dict({f"valid/{k}": v for k, v in metrics.items()}, step=self.global_step)
-        logger.info("validation at step %d: %s", self.global_step,
-                    ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-        state = self.model_state_dict() if self.is_main else None
-        if self.is_main:
-            self.saver.save(state, self.global_step)
-        name = self.best["metric"]
-        if name not in metrics:
-            raise KeyError(f"best_metric={name!r} is not among the validation metrics "
-                           f"({', '.join(sorted(metrics))}); set --best_metric to one of them")
-        value = metrics[name]
-        prev = self.best["value"]
-        better = prev is None or (value > prev if self.best_mode == "max" else value < prev)
-        if better:
-            self.best.update(value=value, step=self.global_step, bad_validations=0)
-            if self.is_main:
-                self.saver.save_best(state)
-                self._write_json("best_metric.json", {"metric": name, "value": value, "step": self.global_step,
-                                                      "mode": self.best_mode})
-        else:
-            self.best["bad_validations"] += 1
-            patience = self.cfg.get("early_stop_patience", -1)
-            if patience != -1 and self.best["bad_validations"] >= patience:
-                logger.info("early stopping at step %d: %s has not improved on %.4f (step %d) for %d "
-                            "validations", self.global_step, name, self.best["value"], self.best["step"],
-                            patience)
+    # ---------------------------------------------------------------------------------- the loop
+    @property
+    def at_end(self) -> bool:
+        """The planned last step has been taken."""
+        return self.global_step >= self.plan.stop_step
+
+    def train(self) -> dict:
+        """Train to the plan's last step (resuming from ``ckpt/restore.pt`` if present).
+
+        Returns ``{"global_step", "num_train_steps", "best": {metric, value, step}, "last_metrics",
+        "stopped_early"}``.
+        """
+        try:
+            self.setup()
+            if self.finished or self.at_end:
+                logger.info("training already finished at step %d (%s); nothing to do", self.global_step,
+                            self.restorer.path)
+                return self._summary()
+            for h in self.hooks:
+                h.before_train(self)
+            self._train_loop()
+            summary = self._summary()
+            for h in self.hooks:
+                h.after_train(self, summary)
+            return summary
+        finally:
+            self.tb.close()
+            if self._log_handler is not None:
+                remove_log_file(self._log_handler)
+                self._log_handler = None
+
+    def _train_loop(self) -> None:
+        self.model.train()
+        self.precision.before_training(self.optimizer, fresh_run=self.global_step == 0)
+        self.optimizer.zero_grad()
+        self._data = self._batches()
+        while not (self.finished or self.at_end):
+            result = self.run_step()
+            if math.isfinite(result.loss):
+                self.running_loss(result.loss)
+            if self.at_end:
                 self.finished = True
-        for h in self.hooks:
-            h.on_validation_end(self, metrics)
+            for h in self.hooks:
+                h.after_step(self, result)
+
+    def _summary(self) -> dict:
+        return {"global_step": self.global_step, "num_train_steps": self.plan.num_train_steps,
+                "best": {k: self.best[k] for k in ("metric", "value", "step")},
+                "last_metrics": self.last_metrics,
+                "stopped_early": self.finished and self.global_step < self.plan.stop_step}
+
+    # ---------------------------------------------------------------------------------- state
+    def model_state_dict(self) -> dict:
+        """fp32 CPU copy of the model's weights (the fp32 masters under amp O2)."""
+        return fp32_state_dict(self.model, masters_by_name=self.precision.masters_by_name(self.optimizer))
+
+    def save_restore(self) -> None:
+        """Write ``ckpt/restore.pt``. Collective: every rank must call it (RNG states are gathered)."""
+        state = self._restore_state()
+        if self.is_main:
+            self.restorer.save(state)
+
+    def _restore_state(self) -> dict:
+        rngs = hvd.allgather_object(get_rng_states())
+        return {
+            "global_step": self.global_step, "epoch": self.epoch,
+            "batches_in_epoch": self.batches_in_epoch, "world_size": self.world,
+            "train_batch_size": self.cfg.train_batch_size, "num_train_steps": self.plan.num_train_steps,
+            "model": self.model_state_dict(), "optimizer": self.optimizer.state_dict(),
+            "amp": self.precision.state_dict(), "rng": rngs, "best": dict(self.best),
+            "finished": self.finished, "running_loss": self.running_loss.val,
+        }
+
+    def _load_restore_state(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.precision.restore_weights(self.model, self.optimizer, state["model"])
+        self.precision.load_state_dict(state.get("amp"))
+        self.global_step = state["global_step"]
+        self.epoch, self.batches_in_epoch = state["epoch"], state["batches_in_epoch"]
+        self.best.update(state["best"])
+        self.finished = state.get("finished", False)
+        if state.get("running_loss") is not None:
+            self.running_loss(state["running_loss"])
+        if state["num_train_steps"] != self.plan.num_train_steps:
+            logger.warning("resume: the run was planned for %d steps, now %d (config changed?)",
+                           state["num_train_steps"], self.plan.num_train_steps)
+        self._restore_data_position(state)
+        logger.info("resumed from %s at step %d (epoch %d, %d batches into it)", self.restorer.path,
+                    self.global_step, self.epoch, self.batches_in_epoch)
+
+    def _restore_data_position(self, state: dict) -> None:
+        """Same processes and batch size: every rank's RNGs come back (bit-exact continuation). Else the
+        data position is rescaled to the examples consumed and the RNGs reseeded."""
+        cfg = self.cfg
+        if state["world_size"] == self.world and state["train_batch_size"] == cfg.train_batch_size:
+            set_rng_states(state["rng"][self.rank])
+            return
+        consumed = state["batches_in_epoch"] * state["train_batch_size"] * state["world_size"]
+        self.batches_in_epoch = consumed // (cfg.train_batch_size * self.world)
+        set_random_seed(cfg.seed + 1000 * self.rank + self.global_step)
+        logger.warning("resume: saved with %d processes x batch %d, now %d x %d; the data position is "
+                       "rescaled and RNGs reseeded, so the continuation is not bit-exact",
+                       state["world_size"], state["train_batch_size"], self.world, cfg.train_batch_size)

@@ -16,6 +16,7 @@ import torch
 
 import src.compat.hvd as hvd
 from src.config import apply_stored_model_config
+from src.utils.device import training_device
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +61,10 @@ def load_trained_model(cfg, task, device=None):
     """``task.build_model(cfg)`` with ``ckpt/model_step_{inference_model_step}.pt`` loaded (strict),
     on the device, in eval mode, amp O2 applied when ``cfg.fp16``."""
     if not hvd.is_initialized():
-        hvd.set_backend(cfg.get("dist_backend", "auto"))
+        hvd.set_backend(cfg.dist_backend)
     hvd.init()
     if device is None:
-        device = torch.device("cuda", hvd.local_rank()) if torch.cuda.is_available() else torch.device("cpu")
+        device = training_device(hvd.local_rank())
     model = task.build_model(cfg)
     path = os.path.join(cfg.output_dir, "ckpt", f"model_step_{cfg.inference_model_step}.pt")
     sd = torch.load(path, map_location="cpu")

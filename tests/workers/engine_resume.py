@@ -23,7 +23,7 @@ class Crash(RuntimeError):
 
 
 class CrashAt(Hook):
-    def on_step_end(self, trainer):
+    def after_step(self, trainer, result):
         if trainer.global_step == CRASH_AT:
             raise Crash(f"simulated crash after step {CRASH_AT}")
 

@@ -1,0 +1,210 @@
+"""Periodic work around the training step, as hooks (the model is detectron2's ``engine/hooks.py``).
+
+The trainer runs ``before_train`` once, then after every optimizer step ``after_step(trainer, result)``
+on each hook in order, and ``after_train`` at the end. Its default hooks, in this order:
+
+==================  ==========  ====================================================================
+hook                collective  what it does
+==================  ==========  ====================================================================
+:class:`MetricsWriter`   no     TensorBoard scalars every step, a log.txt line every ``log_interval``
+                                steps and at the end, the tqdm bar (rank 0 writes; others do nothing)
+:class:`Validation`      yes    every ``valid_steps`` and at the end: ``task.evaluate`` on every rank,
+                                ``model_step_N.pt``, best checkpoint, early stopping
+:class:`RestoreSaver`    yes    every ``save_steps``, at the end and when stopping early: the restore
+                                file (gathers every rank's RNG state)
+==================  ==========  ====================================================================
+
+then the task's hooks (``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``.
+
+A **collective** hook calls collective operations (allreduce, broadcast, gather): it must run on every
+rank at the same steps, in the same order, or the job stalls until the launcher's timeout. Decide when
+to act from values every rank agrees on (``trainer.global_step``, ``result`` — its numbers are
+allreduced), never from rank-local state. A hook that raises ends its process; ``horovodrun`` and
+``torchrun`` then stop the whole job (``tests/test_hooks.py`` checks it does not hang).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import torch
+
+import src.compat.hvd as hvd
+
+if TYPE_CHECKING:
+    from src.training.engine import StepResult, Trainer
+
+logger = logging.getLogger(__name__)
+
+
+class Hook:
+    """Subclass and override what you need; every method is a no-op by default."""
+
+    #: True if the hook calls collectives (see the module docstring); informational for readers/tools
+    collective = False
+
+    def before_train(self, trainer: Trainer) -> None:
+        """After set-up (model, data, resume) and before the first step of this process."""
+
+    def after_step(self, trainer: Trainer, result: StepResult) -> None:
+        """After each optimizer step; ``trainer.global_step`` is the step just taken."""
+
+    def after_validation(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+        """After each validation (called by :class:`Validation` with the flattened metrics)."""
+
+    def after_train(self, trainer: Trainer, summary: dict) -> None:
+        """After the last step (not called when the run stops on an error)."""
+
+
+def flatten_metrics(d: dict, prefix: str = "") -> dict[str, float]:
+    """``{"text2video": {"r1": 5}}`` -> ``{"text2video_r1": 5.0}``; non-numbers are dropped."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}_{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            out.update(flatten_metrics(v, key))
+        elif isinstance(v, (bool, int, float)):
+            out[key] = float(v)
+        elif torch.is_tensor(v) and v.numel() == 1:
+            out[key] = float(v.item())
+    return out
+
+
+def metric_mode(name: str, mode: str = "auto") -> str:
+    """'min' for losses and ranks (medianR/meanR), else 'max', unless ``mode`` says."""
+    if mode != "auto":
+        return mode
+    low = name.lower()
+    return "min" if low.endswith(("loss", "medianr", "meanr")) else "max"
+
+
+# ------------------------------------------------------------------------------------------------
+class MetricsWriter(Hook):
+    """Training scalars to TensorBoard (every step), log.txt (every ``log_interval``), tqdm (rank 0)."""
+
+    def __init__(self, log_interval: int):
+        self.log_interval = log_interval
+        self._pbar = None
+
+    def before_train(self, trainer):
+        if trainer.is_main:
+            from tqdm import tqdm
+            self._pbar = tqdm(total=trainer.plan.stop_step, initial=trainer.global_step, desc="train",
+                              dynamic_ncols=True, mininterval=2.0, file=sys.stderr)
+
+    def after_step(self, trainer, result):
+        logs = self.scalars(trainer, result)
+        trainer.tb.log_scalar_dict(logs, step=trainer.global_step)
+        step = trainer.global_step
+        if step % self.log_interval == 0 or step == trainer.plan.stop_step:
+            logger.info("step %d/%d epoch %d: loss %.4f lr %.3g/%.3g%s%s %.1f ex/s data wait %.0f%%",
+                        step, trainer.plan.num_train_steps, trainer.epoch, logs["train/loss"],
+                        result.lr_transformer, result.lr_cnn,
+                        f" grad_norm {result.grad_norm:.3f}" if result.grad_norm is not None else "",
+                        f" loss_scale {result.loss_scale:g} skipped {result.skipped_total}"
+                        if result.loss_scale is not None else "",
+                        logs["perf/examples_per_s"], 100 * logs["perf/data_wait_ratio"])
+        if self._pbar is not None:
+            self._pbar.update(1)
+
+    @staticmethod
+    def scalars(trainer, result) -> dict[str, float]:
+        running = trainer.running_loss.val
+        logs = {"train/loss": running if running is not None else result.loss,
+                "train/lr_transformer": result.lr_transformer, "train/lr_cnn": result.lr_cnn}
+        if result.grad_norm is not None:
+            logs["train/grad_norm"] = result.grad_norm
+        if result.loss_scale is not None:
+            logs["train/loss_scale"] = result.loss_scale
+            logs["train/skipped_steps"] = result.skipped_total
+        for k, v in result.extras.items():
+            logs[f"train/{k}"] = float(v)
+        seconds = max(result.seconds, 1e-9)
+        logs["perf/examples_per_s"] = result.n_examples * trainer.world / seconds
+        logs["perf/data_wait_ratio"] = result.data_wait / seconds
+        return logs
+
+    def after_train(self, trainer, summary):
+        self.close()
+
+    def close(self):
+        if self._pbar is not None:
+            self._pbar.close()
+            self._pbar = None
+
+
+class Validation(Hook):
+    """Every ``every`` steps and at the end: evaluate, save ``model_step_N.pt``, track the best value of
+    ``trainer.best["metric"]`` (``model_best.pt`` + ``log/best_metric.json``), stop early after
+    ``patience`` validations without improvement (-1: never)."""
+
+    collective = True
+
+    def __init__(self, every: int, patience: int = -1):
+        self.every, self.patience = every, patience
+
+    def after_step(self, trainer, result):
+        if trainer.global_step % self.every == 0 or trainer.at_end:
+            self.validate(trainer)
+
+    def validate(self, trainer) -> dict[str, float]:
+        metrics = self.evaluate(trainer)
+        trainer.last_metrics = metrics
+        trainer.tb.log_scalar_dict({f"valid/{k}": v for k, v in metrics.items()}, step=trainer.global_step)
+        logger.info("validation at step %d: %s", trainer.global_step,
+                    ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        state = trainer.model_state_dict() if trainer.is_main else None
+        if trainer.is_main:
+            trainer.saver.save(state, trainer.global_step)
+        self.update_best(trainer, metrics, state)
+        for h in trainer.hooks:
+            h.after_validation(trainer, metrics)
+        return metrics
+
+    @staticmethod
+    def evaluate(trainer) -> dict[str, float]:
+        """``task.evaluate`` in eval mode under no_grad on every rank; rank 0's result for all."""
+        model = trainer.model
+        model.eval()
+        with torch.no_grad():
+            metrics = trainer.task.evaluate(model, trainer.cfg, trainer.global_step)
+        model.train()
+        return hvd.broadcast_object(flatten_metrics(metrics or {}), root_rank=0)
+
+    def update_best(self, trainer, metrics, state):
+        best = trainer.best
+        name = best["metric"]
+        if name not in metrics:
+            raise KeyError(f"best_metric={name!r} is not among the validation metrics "
+                           f"({', '.join(sorted(metrics))}); set --best_metric to one of them")
+        value, prev = metrics[name], best["value"]
+        mode = metric_mode(name, trainer.cfg.best_metric_mode)
+        if prev is None or (value > prev if mode == "max" else value < prev):
+            best.update(value=value, step=trainer.global_step, bad_validations=0)
+            if trainer.is_main:
+                trainer.saver.save_best(state)
+                with open(os.path.join(trainer.log_dir, "best_metric.json"), "w") as f:
+                    json.dump({"metric": name, "value": value, "step": trainer.global_step, "mode": mode},
+                              f, indent=4)
+            return
+        best["bad_validations"] += 1
+        if self.patience != -1 and best["bad_validations"] >= self.patience:
+            logger.info("early stopping at step %d: %s has not improved on %.4f (step %d) for %d "
+                        "validations", trainer.global_step, name, best["value"], best["step"], self.patience)
+            trainer.finished = True
+
+
+class RestoreSaver(Hook):
+    """The restore file (``ckpt/restore.pt``) every ``every`` steps and when the run is finished."""
+
+    collective = True
+
+    def __init__(self, every: int):
+        self.every = every
+
+    def after_step(self, trainer, result):
+        if trainer.global_step % self.every == 0 or trainer.finished:
+            trainer.save_restore()

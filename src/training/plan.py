@@ -1,0 +1,64 @@
+"""The run plan: the facts a run derives from its config and data (steps, cadences, world size).
+
+ClipBERT wrote these into the config object (``cfg.num_train_steps = ...``) and from there into
+``log/args.json``. Here the user's config is never mutated: the plan is its own frozen object, written
+to ``log/run_plan.json``, and its ClipBERT-named keys are added to ``log/args.json`` (where ClipBERT's
+tooling reads them).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+DEBUG_STEPS = 3  # --debug 1 stops after this many optimizer steps
+
+
+def num_train_steps(n_examples: int, epochs: float, world: int, batch_size: int, accum: int) -> int:
+    """ClipBERT: ``ceil(epochs * n_groups / (n_gpu * bsz * accum))``."""
+    return int(math.ceil(epochs * n_examples / (world * batch_size * accum)))
+
+
+def valid_interval(total_steps: int, num_valid: int, min_valid_steps: int) -> int:
+    """ClipBERT: ``ceil(T / num_valid / min_valid_steps) * min_valid_steps`` (T=1234 -> 100)."""
+    return int(math.ceil(total_steps / num_valid / min_valid_steps)) * min_valid_steps
+
+
+def save_interval(total_steps: int, save_steps_ratio: float) -> int:
+    """Restore-file interval ``int(save_steps_ratio * T)``, at least 1 (ClipBERT crashed on 0)."""
+    return max(1, int(save_steps_ratio * total_steps))
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What this run will do, derived once at start-up."""
+
+    n_examples: int  # training groups (after data_ratio)
+    world_size: int  # processes
+    train_batch_size: int  # per process
+    gradient_accumulation_steps: int
+    num_train_steps: int  # T: the LR schedule's horizon
+    stop_step: int  # where training stops: T, or DEBUG_STEPS with --debug 1
+    valid_steps: int  # validation (and model_step_N.pt) every this many steps, and at the end
+    save_steps: int  # restore file every this many steps, and at the end
+
+    @classmethod
+    def build(cls, cfg, n_examples: int, world_size: int) -> RunPlan:
+        accum = cfg.gradient_accumulation_steps
+        total = num_train_steps(n_examples, cfg.num_train_epochs, world_size, cfg.train_batch_size, accum)
+        return cls(n_examples=n_examples, world_size=world_size, train_batch_size=cfg.train_batch_size,
+                   gradient_accumulation_steps=accum, num_train_steps=total,
+                   stop_step=min(total, DEBUG_STEPS) if cfg.debug else total,
+                   valid_steps=valid_interval(total, cfg.num_valid, cfg.min_valid_steps),
+                   save_steps=save_interval(total, cfg.save_steps_ratio))
+
+    @property
+    def examples_per_step(self) -> int:
+        return self.world_size * self.train_batch_size * self.gradient_accumulation_steps
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def clipbert_args(self) -> dict:
+        """The derived keys ClipBERT's ``log/args.json`` carried, under ClipBERT's names."""
+        return {"num_train_steps": self.num_train_steps, "valid_steps": self.valid_steps,
+                "save_steps": self.save_steps, "n_gpu": self.world_size}

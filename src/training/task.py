@@ -1,0 +1,80 @@
+"""What a task supplies to the engine: model, training data, loss, evaluation (and optional hooks).
+
+ClipBERT copied its training loop into every ``run_*.py``; here a task script subclasses :class:`Task`
+(usually through ``src.tasks.common.ClipBertTask``) and the one engine (``src.training.engine``) does
+the rest.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
+    from src.training.hooks import Hook
+
+
+class Task:
+    """Override the methods marked *required*.
+
+    ``main_metric``: key of :meth:`evaluate`'s (flattened) result used for the best checkpoint and
+    early stopping when ``cfg.best_metric`` is unset.
+    """
+
+    main_metric = "loss"
+
+    def build_model(self, cfg) -> torch.nn.Module:  # required
+        """The model; the engine moves it to the device."""
+        raise NotImplementedError
+
+    def build_train_data(self, cfg) -> tuple[Dataset, Any]:  # required
+        """``(dataset, collate_fn)``; ``len(dataset)`` is the number of training groups."""
+        raise NotImplementedError
+
+    def wrap_train_loader(self, loader, cfg, device: torch.device):
+        """Wrap the engine's DataLoader (e.g. in a PrefetchLoader). Default: unchanged.
+
+        The wrapper must yield one item per DataLoader batch, in order (the data position counts
+        them); for a batch with nothing usable yield ``None``: the engine then runs a zero-loss
+        micro-step so accumulation and the allreduce stay aligned across ranks.
+        """
+        return loader
+
+    def forward_train(self, model: torch.nn.Module, batch, cfg) -> torch.Tensor | dict:  # required
+        """Mean loss of one micro-batch (scalar tensor), or a dict with 'loss' and extra scalars."""
+        raise NotImplementedError
+
+    def evaluate(self, model: torch.nn.Module, cfg, global_step: int) -> dict:  # required
+        """Validation metrics (called on every rank, model in eval mode under no_grad).
+
+        Return a (possibly nested) dict of numbers, complete on rank 0 (gather across ranks with
+        src.utils.distributed.all_gather_list); nested keys are joined with '_'
+        (``{"text2video": {"r1": ..}}`` -> ``text2video_r1``, TB tag ``valid/text2video_r1``).
+        """
+        raise NotImplementedError
+
+    def build_hooks(self, cfg) -> list[Hook]:
+        """Extra hooks for this task, run after the engine's default hooks (default: none)."""
+        return []
+
+    def batch_size(self, batch) -> int:
+        """Examples in a batch, for throughput logging."""
+        if isinstance(batch, dict):
+            if "n_examples_list" in batch:
+                return len(batch["n_examples_list"])
+            for v in batch.values():
+                if torch.is_tensor(v) and v.dim() > 0:
+                    return v.size(0)
+        return 1
+
+    def model_config(self, cfg) -> dict | None:
+        """Dict written to ``log/model_config.json`` (default: the cfg.model_config file's content)."""
+        path = cfg.model_config
+        if path and os.path.isfile(path):
+            with open(path) as f:
+                return json.load(f)
+        return None

@@ -1,0 +1,127 @@
+"""Hooks: the order the trainer calls them in, what a step reports, task hooks, and that a hook
+raising on one rank ends a multi-process job instead of hanging it."""
+import math
+import time
+
+import pytest
+
+from src.training.engine import StepResult, Trainer
+from src.training.hooks import Hook, MetricsWriter, RestoreSaver, Validation
+from tests import mp_utils
+from tests.toy_task import ToyTask, toy_cfg
+
+
+class Recorder(Hook):
+    def __init__(self, name, calls):
+        self.name, self.calls = name, calls
+        self.results = []
+
+    def before_train(self, trainer):
+        self.calls.append((self.name, "before_train", trainer.global_step))
+
+    def after_step(self, trainer, result):
+        self.results.append(result)
+        self.calls.append((self.name, "after_step", trainer.global_step))
+
+    def after_validation(self, trainer, metrics):
+        self.calls.append((self.name, "after_validation", trainer.global_step))
+
+    def after_train(self, trainer, summary):
+        self.calls.append((self.name, "after_train", summary["global_step"]))
+
+
+class HookedTask(ToyTask):
+    def __init__(self, calls, **kw):
+        super().__init__(**kw)
+        self.calls = calls
+
+    def build_hooks(self, cfg):
+        return [Recorder("task", self.calls)]
+
+
+def test_default_hooks_then_task_then_user_hooks_in_order(tmp_path):
+    calls = []
+    user = Recorder("user", calls)
+    trainer = Trainer(toy_cfg(tmp_path, num_valid=2, min_valid_steps=1), HookedTask(calls), hooks=[user])
+    summary = trainer.train()
+    assert [type(h) for h in trainer.hooks[:3]] == [MetricsWriter, Validation, RestoreSaver]
+    assert [h.name for h in trainer.hooks[3:]] == ["task", "user"]
+    T = summary["global_step"]
+    assert T == 16 and trainer.plan.valid_steps == 8
+    user_calls = [(what, step) for name, what, step in calls if name == "user"]
+    expected = [("before_train", 0)]
+    for s in range(1, T + 1):
+        if s % 8 == 0:  # validation runs inside Validation.after_step, before the later hooks' after_step
+            expected.append(("after_validation", s))
+        expected.append(("after_step", s))
+    expected.append(("after_train", T))
+    assert user_calls == expected
+    # the task's hook runs before the user's at every call
+    assert [c[1:] for c in calls if c[0] == "task"] == user_calls
+    assert calls.index(("task", "after_step", 5)) < calls.index(("user", "after_step", 5))
+
+
+def test_step_result_reports_the_step(tmp_path):
+    calls = []
+    rec = Recorder("r", calls)
+    Trainer(toy_cfg(tmp_path, gradient_accumulation_steps=2, train_batch_size=4, grad_norm=1.0), ToyTask(),
+            hooks=[rec]).train()
+    r = rec.results
+    assert [x.step for x in r] == list(range(1, 9))
+    assert all(isinstance(x, StepResult) for x in r)
+    assert all(x.n_examples == 8 and x.n_nonfinite == 0 and not x.skipped and x.skipped_total == 0 for x in r)
+    assert all(math.isfinite(x.loss) and x.loss > 0 for x in r)
+    assert all(x.grad_norm is not None and x.grad_norm > 0 for x in r) and r[0].loss_scale is None
+    assert all(x.seconds > 0 and 0 <= x.data_wait <= x.seconds for x in r)
+    # warm-up then linear decay (warmup_ratio 0.1 of 8 steps -> no warm-up step: int(0.8) = 0)
+    assert r[0].lr_transformer == pytest.approx(1e-2 * (8 - 1) / 8)
+    assert r[-1].lr_transformer == 1e-8  # ClipBERT's floor at the end of a linear decay
+    assert r[0].lr_cnn == pytest.approx(2e-2 * (8 - 1) / 8)
+
+
+def test_fp16_overflow_steps_are_reported_and_skipped(tmp_path):
+    """amp O2: an overflowing step is skipped and the scale halved; StepResult says so, the log line
+    shows the count, and the run goes on (the streak is below the stop threshold). The first steps
+    overflow in the gradients (scale 2**16 is too much for this model); steps 6 and 7 get NaN losses."""
+    calls = []
+    rec = Recorder("r", calls)
+    task = ToyTask()
+    task.forward_train = _nan_window(task, first=11, last=14)  # 2 forwards per step: steps 6 and 7
+    Trainer(toy_cfg(tmp_path, fp16=1, gradient_accumulation_steps=2, log_interval=1), task, hooks=[rec]).train()
+    r = {x.step: x for x in rec.results}
+    assert r[1].skipped and r[1].n_nonfinite == 0 and r[1].loss_scale == 2.0 ** 15  # gradient overflow
+    assert not r[4].skipped and r[4].n_nonfinite == 0 and math.isfinite(r[4].grad_norm)
+    assert r[6].skipped and r[7].skipped and r[6].n_nonfinite == 2 and r[7].n_nonfinite == 2
+    assert r[7].skipped_total == r[6].skipped_total + 1 == r[5].skipped_total + 2
+    assert r[7].loss_scale == r[6].loss_scale / 2 == r[5].loss_scale / 4
+    assert not r[8].skipped and r[8].skipped_total == r[7].skipped_total
+    log = (tmp_path / "log" / "log.txt").read_text()
+    assert f"step 7/8 epoch 1: loss " in log and f"loss_scale {r[7].loss_scale:g} skipped {r[7].skipped_total}" in log
+
+
+def _nan_window(task, first, last):
+    inner = ToyTask.forward_train.__get__(task)
+
+    def forward(model, batch, cfg):
+        loss = inner(model, batch, cfg)
+        return loss * float("nan") if first <= task.n_forward <= last else loss
+    return forward
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("launcher", ["horovod", "torch"])
+def test_hook_raising_on_one_rank_ends_the_job(tmp_path, launcher):
+    """Rank 1's hook raises after step 3 while rank 0 enters step 4's allreduce: the launcher must stop
+    the job with a failure (in seconds, not at a collective timeout) and show the error."""
+    if launcher == "horovod" and not mp_utils.horovodrun_available():
+        pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
+    run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
+    t0 = time.time()
+    p = run(["tests/workers/hook_raise.py", tmp_path / "out", 1, 3], timeout=120,
+            env={"DIST_BACKEND": launcher})
+    elapsed = time.time() - t0
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out[-3000:]
+    assert "hook failed on rank 1 at step 3" in out
+    assert "finished training" not in out
+    assert elapsed < 60, f"the job took {elapsed:.0f}s to end"

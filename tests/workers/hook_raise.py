@@ -1,0 +1,28 @@
+"""A hook that raises on one rank only: ``hook_raise.py OUT_DIR RANK STEP``.
+
+The other ranks go on into the next step's collectives; the launcher must end the job.
+"""
+import sys
+
+import torch
+
+import src.compat.hvd as hvd
+from src.training.engine import Hook, Trainer
+from tests.toy_task import ToyTask, toy_cfg
+
+torch.set_num_threads(1)
+
+
+class RaiseOnRank(Hook):
+    def __init__(self, rank, step):
+        self.rank, self.step = rank, step
+
+    def after_step(self, trainer, result):
+        if trainer.rank == self.rank and trainer.global_step == self.step:
+            raise RuntimeError(f"hook failed on rank {trainer.rank} at step {trainer.global_step}")
+
+
+out, rank, step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+Trainer(toy_cfg(out, num_train_epochs=50, num_valid=1, min_valid_steps=1000, save_steps_ratio=1.0),
+        ToyTask(n_train=32), hooks=[RaiseOnRank(rank, step)]).train()
+print(f"rank {hvd.rank()} finished training", flush=True)
