@@ -101,6 +101,19 @@ def paired_ratio(eng, base):
     return statistics.median(e / ((b0 + b1) / 2) for e, b0, b1 in zip(eng[1:], base[:-1], base[1:]))
 
 
+def plain_step(model, opt, task, times, cpu_times):
+    """One step of the minimal hand-written loop on the batch the engine just used, timed."""
+    def step(trainer):
+        t0, c0 = time.perf_counter(), time.process_time()
+        loss = model(task.last_batch)["loss"]
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
+    return step
+
+
 def overhead(name, batches, steps, warmup, rounds, tmp):
     """Interleaved engine / plain-loop steps -> medians (wall and CPU time) and paired ratios."""
     from src.optimization.param_groups import build_optimizer
@@ -114,16 +127,7 @@ def overhead(name, batches, steps, warmup, rounds, tmp):
         base_opt = build_optimizer(base_model, cfg)
         task = BatchTask(template, batches, n_items)
         base_times, base_cpu = [], []
-
-        def base_step(trainer):  # the minimal hand-written loop, one step
-            t0, c0 = time.perf_counter(), time.process_time()
-            loss = base_model(task.last_batch)["loss"]
-            loss.backward()
-            base_opt.step()
-            base_opt.zero_grad()
-            base_times.append(time.perf_counter() - t0)
-            base_cpu.append(time.process_time() - c0)
-        timer = StepTimer(between=base_step)
+        timer = StepTimer(between=plain_step(base_model, base_opt, task, base_times, base_cpu))
         Trainer(cfg, task, hooks=[timer]).train()
         keep = slice(warmup, -1)  # warm-up dropped; last step: validation + restore file
         eng, base = timer.times[keep], base_times[keep]
@@ -272,14 +276,15 @@ def main():
             label = MODELS.get(name, "NullModel: Linear(16, 1), no real compute")
             print(f"[{name}] model {label} ({r['params'] / 1e6:.2f}M params), {r['n']} steps each "
                   f"({a.rounds} round(s) x {a.steps})")
-            print(f"[{name}]   plain torch loop : {1 / r['base']:8.2f} steps/s  ({r['base'] * 1e3:8.2f} ms/step wall, "
-                  f"{r['base_cpu'] * 1e3:8.2f} ms CPU)")
-            print(f"[{name}]   engine (ours)    : {1 / r['eng']:8.2f} steps/s  ({r['eng'] * 1e3:8.2f} ms/step wall, "
-                  f"{r['eng_cpu'] * 1e3:8.2f} ms CPU)")
-            print(f"[{name}]   overhead ratio   : {r['eng'] / r['base']:8.3f} wall, {r['eng_cpu'] / r['base_cpu']:.3f} CPU "
-                  f"(ratio of medians; target <= 1.05); engine - baseline = {(r['eng'] - r['base']) * 1e3:+.2f} ms wall, "
+            for label, key in (("plain torch loop", "base"), ("engine (ours)   ", "eng")):
+                print(f"[{name}]   {label} : {1 / r[key]:8.2f} steps/s  ({r[key] * 1e3:8.2f} ms/step wall, "
+                      f"{r[key + '_cpu'] * 1e3:8.2f} ms CPU)")
+            print(f"[{name}]   overhead ratio   : {r['eng'] / r['base']:8.3f} wall, "
+                  f"{r['eng_cpu'] / r['base_cpu']:.3f} CPU (ratio of medians; target <= 1.05); engine - "
+                  f"baseline = {(r['eng'] - r['base']) * 1e3:+.2f} ms wall, "
                   f"{(r['eng_cpu'] - r['base_cpu']) * 1e3:+.2f} ms CPU per step")
-            print(f"[{name}]   paired ratio     : per round wall {', '.join(f'{x:.3f}' for x in r['paired'])}; "
+            print(f"[{name}]   paired ratio     : per round wall "
+                  f"{', '.join(f'{x:.3f}' for x in r['paired'])}; "
                   f"CPU {', '.join(f'{x:.3f}' for x in r['paired_cpu'])}  (median of step i / its neighbour "
                   "baseline steps)")
             if r["none_grads"]:
@@ -301,12 +306,12 @@ def main():
               f"process in both cases (this machine has {os.cpu_count()} cores, shared with other jobs)")
         for n in (1, 2):
             print(f"{n} process{'es' if n > 1 else '  '}: {med[n][0]:8.2f} samples/s (videos/s)   runs: "
-                  f"{', '.join(f'{x[0]:.2f}' for x in runs[n])}   rank-0 CPU share {med[n][1]:.2f} of a core, "
-                  f"{med[n][2]:.2f} samples per CPU-second per process")
-        print(f"scaling ratio (2 procs / 1 proc): {med[2][0] / med[1][0]:.3f}  (ideal 2.0; wall-clock, limited by "
-              f"the cores other jobs leave free)")
-        print(f"per-CPU-second efficiency (2 procs / 1 proc): {med[2][2] / med[1][2]:.3f}  (1.0 = the allreduce "
-              "and the second process cost no extra CPU per sample; independent of machine load)")
+                  f"{', '.join(f'{x[0]:.2f}' for x in runs[n])}   rank-0 CPU share {med[n][1]:.2f} of a "
+                  f"core, {med[n][2]:.2f} samples per CPU-second per process")
+        print(f"scaling ratio (2 procs / 1 proc): {med[2][0] / med[1][0]:.3f}  (ideal 2.0; wall-clock, "
+              "limited by the cores other jobs leave free)")
+        print(f"per-CPU-second efficiency (2 procs / 1 proc): {med[2][2] / med[1][2]:.3f}  (1.0 = the "
+              "allreduce and the second process cost no extra CPU per sample; independent of machine load)")
     print("load average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(f"total {time.perf_counter() - t_start:.0f} s")
 

@@ -62,7 +62,7 @@ def _run(cmd, timeout, env, cwd):
         out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
         raise AssertionError(f"command timed out after {timeout}s: {' '.join(cmd)}\n"
-                             f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}")
+                             f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}") from None
 
 
 def check(proc):

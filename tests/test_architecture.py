@@ -10,7 +10,6 @@ Layers (an arrow may only point down or sideways where listed; README "Architect
     compat                        legacy APIs (amp, hvd, FusedLayerNorm) over modern torch
 """
 import ast
-import collections
 from pathlib import Path
 
 import pytest
@@ -133,7 +132,7 @@ def _functions(tree):
 
 def test_function_and_file_sizes():
     long_functions, long_files = [], []
-    for m, f in MODULES.items():
+    for f in MODULES.values():
         text = f.read_text()
         n = len(text.splitlines())
         if n > MAX_FILE_LINES:
@@ -170,7 +169,8 @@ def test_schema_owns_defaults():
         if _layer(m) == "config":
             continue
         for node in ast.walk(ast.parse(f.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "get"
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "cfg"
                     and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys):
                 offenders.append(f"{f.relative_to(REPO)}:{node.lineno} cfg.get({node.args[0].value!r})")

@@ -180,8 +180,9 @@ def test_inference_helpers(tmp_path):
     from src.config import parse_args
     from src.training.inference import inference_result_dir, load_trained_model, prepare_inference_config
     Trainer(toy_cfg(tmp_path, max_txt_len=30), ToyTask()).train()
-    cfg = parse_args("retrieval", ["--output_dir", str(tmp_path), "--do_inference", "1", "--score_agg_func",
-                                   "max", "--inference_txt_db", "/txt/test.jsonl", "--inference_n_clips", "4"])
+    cfg = parse_args("retrieval", ["--output_dir", str(tmp_path), "--do_inference", "1",
+                                   "--score_agg_func", "max", "--inference_txt_db", "/txt/test.jsonl",
+                                   "--inference_n_clips", "4"])
     prepare_inference_config(cfg)
     assert cfg.inference_model_step == 16 and cfg.max_txt_len == 30 and cfg.score_agg_func == "max"
     model = load_trained_model(cfg, ToyTask())

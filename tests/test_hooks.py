@@ -87,7 +87,8 @@ def test_fp16_overflow_steps_are_reported_and_skipped(tmp_path):
     rec = Recorder("r", calls)
     task = ToyTask()
     task.forward_train = _nan_window(task, first=11, last=14)  # 2 forwards per step: steps 6 and 7
-    Trainer(toy_cfg(tmp_path, fp16=1, gradient_accumulation_steps=2, log_interval=1), task, hooks=[rec]).train()
+    cfg = toy_cfg(tmp_path, fp16=1, gradient_accumulation_steps=2, log_interval=1)
+    Trainer(cfg, task, hooks=[rec]).train()
     r = {x.step: x for x in rec.results}
     assert r[1].skipped and r[1].n_nonfinite == 0 and r[1].loss_scale == 2.0 ** 15  # gradient overflow
     assert not r[4].skipped and r[4].n_nonfinite == 0 and math.isfinite(r[4].grad_norm)
@@ -96,7 +97,8 @@ def test_fp16_overflow_steps_are_reported_and_skipped(tmp_path):
     assert r[7].loss_scale == r[6].loss_scale / 2 == r[5].loss_scale / 4
     assert not r[8].skipped and r[8].skipped_total == r[7].skipped_total
     log = (tmp_path / "log" / "log.txt").read_text()
-    assert f"step 7/8 epoch 1: loss " in log and f"loss_scale {r[7].loss_scale:g} skipped {r[7].skipped_total}" in log
+    assert "step 7/8 epoch 1: loss " in log
+    assert f"loss_scale {r[7].loss_scale:g} skipped {r[7].skipped_total}" in log
 
 
 def _nan_window(task, first, last):

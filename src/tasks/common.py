@@ -112,9 +112,9 @@ class ClipBertTask(Task):
         normalised on the device. Batches whose videos all failed are skipped (evaluation only)."""
         if indices is None:
             indices = shard_indices(len(dataset), hvd.rank(), hvd.size())
+        pin = bool(cfg.pin_mem) and torch.cuda.is_available()
         loader = DataLoader(dataset, batch_size=batch_size, sampler=indices, collate_fn=collate_fn,
-                            num_workers=cfg.n_workers, pin_memory=bool(cfg.pin_mem) and torch.cuda.is_available(),
-                            drop_last=False)
+                            num_workers=cfg.n_workers, pin_memory=pin, drop_last=False)
         return PrefetchLoader(loader, self.img_norm(cfg), self.device())
 
     # -- inference ---------------------------------------------------------------------------

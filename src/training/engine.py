@@ -16,19 +16,9 @@ on the master params, the step in ``skip_synchronize()``, ``zero_grad``. It retu
 :class:`StepResult`. Everything periodic (logging, validation, checkpoints) is a hook
 (``src.training.hooks``); fp32 / bf16 / amp O2 differ only inside ``src.training.precision``.
 
-Differences from ClipBERT's loop (README, "Behaviour differences and fixed bugs"):
-
-* the loss is divided by ``gradient_accumulation_steps`` (ClipBERT summed the micro-step gradients,
-  so its effective LR grew with accumulation); k micro-batches of b equal one batch of k*b;
-* gradients are allreduced once per optimizer step, not on every micro-step;
-* ``sampler.set_epoch(epoch)`` is called (ClipBERT reused the first epoch's order forever);
-* the restore file holds fp32 optimizer state, amp state, all ranks' RNG states and the data
-  position, so a restarted run continues exactly (ClipBERT restarted the data and kept fp16 moments);
-* the restore interval is ``max(1, int(save_steps_ratio*T))`` (ClipBERT crashed on 0);
-* a non-finite loss (outside amp's own overflow skipping) stops the run with the step number and
-  the last good weights saved;
-* the "epoch" of multi_step schedules is the data loader's epoch (ClipBERT derived it from the
-  step count, which is the same number up to rounding at epoch ends).
+Where this loop differs from ClipBERT's (loss divided by the accumulation steps, one allreduce per
+step, ``set_epoch`` every epoch, exact resume, the restore interval, stopping on a non-finite loss, the
+multi_step epoch) is listed, with the reasons, in the README's "Behaviour differences and fixed bugs".
 """
 from __future__ import annotations
 
@@ -153,7 +143,8 @@ class Trainer:
         self.best["metric"] = cfg.best_metric or self.task.main_metric
         if self.is_main:
             self._write_run_files()
-        optimizer = hvd.DistributedOptimizer(build_optimizer(model, cfg), named_parameters=model.named_parameters(),
+        optimizer = hvd.DistributedOptimizer(build_optimizer(model, cfg),
+                                             named_parameters=model.named_parameters(),
                                              backward_passes_per_step=self.plan.gradient_accumulation_steps)
         state = self.restorer.load()
         if state is not None:
@@ -167,8 +158,9 @@ class Trainer:
         self.running_loss = RunningMeter("loss")
         self.sampler = ResumableDistributedSampler(self.plan.n_examples, self.world, self.rank, shuffle=True,
                                                    seed=cfg.seed)
-        loader = build_train_dataloader(dataset, self.sampler, cfg.train_batch_size, collate_fn, cfg.n_workers,
-                                        cfg.pin_mem and self.device.type == "cuda", seed=cfg.seed)
+        pin = cfg.pin_mem and self.device.type == "cuda"
+        loader = build_train_dataloader(dataset, self.sampler, cfg.train_batch_size, collate_fn,
+                                        cfg.n_workers, pin, seed=cfg.seed)
         self.loader = self.task.wrap_train_loader(loader, cfg, self.device)
         if state is not None:
             self._load_restore_state(state)
@@ -237,7 +229,8 @@ class Trainer:
             loss, extras = out, {}
         lv = loss.detach().double()  # kept on the device: one sync per optimizer step, not per micro-step
         finite = torch.isfinite(lv)
-        stats += torch.stack([torch.where(finite, lv, torch.zeros_like(lv)), (~finite).double(), finite.double()])
+        stats += torch.stack([torch.where(finite, lv, torch.zeros_like(lv)), (~finite).double(),
+                              finite.double()])
         return loss.float(), extras
 
     def _next_batch(self):
@@ -292,7 +285,8 @@ class Trainer:
             self.saver.save(self.model_state_dict(), self.global_step)
         restore_step = None
         if os.path.exists(self.restorer.path):
-            restore_step = torch.load(self.restorer.path, map_location="cpu", weights_only=False)["global_step"]
+            restore = torch.load(self.restorer.path, map_location="cpu", weights_only=False)
+            restore_step = restore["global_step"]
         tolerated = self.precision.tolerated_nonfinite_steps
         what = (f"{tolerated} consecutive steps with a non-finite loss under fp16" if tolerated
                 else f"non-finite loss (nan/inf) in {n_bad} micro-batch(es)")

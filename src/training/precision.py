@@ -46,7 +46,8 @@ class FullPrecision:
         return contextlib.nullcontext()
 
     @contextlib.contextmanager
-    def scale_loss(self, loss: torch.Tensor, optimizer, delay_unscale: bool = False) -> Iterator[torch.Tensor]:
+    def scale_loss(self, loss: torch.Tensor, optimizer,
+                   delay_unscale: bool = False) -> Iterator[torch.Tensor]:
         """The loss to call ``backward`` on (here: the loss itself)."""
         yield loss
 

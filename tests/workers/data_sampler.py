@@ -23,7 +23,8 @@ def main():
     it = iter(InfiniteIterator(PrefetchLoader(loader, None, device="cpu")))
     epochs = [[v for _ in range(len(loader)) for v in next(it)["vid_ids"]] for _ in range(2)]
     shapes = list(next(it)["visual_inputs"].shape)
-    gathered = hvd.allgather_object({"rank": hvd.rank(), "size": hvd.size(), "epochs": epochs, "shape": shapes})
+    gathered = hvd.allgather_object({"rank": hvd.rank(), "size": hvd.size(), "epochs": epochs,
+                                     "shape": shapes})
     if hvd.rank() == 0:
         with open(a.out, "w") as f:
             json.dump(gathered, f)

@@ -67,7 +67,7 @@ def main():
         with opt.skip_synchronize():
             opt.step()
         opt.zero_grad()
-    torch.save({k: v for k, v in model.state_dict().items()}, os.path.join(a.out, f"w{r}.pt"))
+    torch.save(dict(model.state_dict()), os.path.join(a.out, f"w{r}.pt"))
     print(json.dumps({"rank": r, "size": n, "backend": hvd.backend_name()}))
 
 
