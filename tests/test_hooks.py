@@ -61,6 +61,25 @@ def test_default_hooks_then_task_then_user_hooks_in_order(tmp_path):
     assert calls.index(("task", "after_step", 5)) < calls.index(("user", "after_step", 5))
 
 
+def test_hooks_are_closed_when_a_hook_raises(tmp_path):
+    closed = []
+
+    class Closing(Hook):
+        def close(self):
+            closed.append(True)
+
+    class Boom(Hook):
+        def after_step(self, trainer, result):
+            if trainer.global_step == 2:
+                raise RuntimeError("boom")
+
+    trainer = Trainer(toy_cfg(tmp_path), ToyTask(), hooks=[Closing(), Boom()])
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.train()
+    assert closed == [True] and trainer.global_step == 2
+    assert trainer.hooks[0]._pbar is None  # MetricsWriter's progress bar was closed too
+
+
 def test_step_result_reports_the_step(tmp_path):
     calls = []
     rec = Recorder("r", calls)

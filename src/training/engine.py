@@ -324,6 +324,8 @@ class Trainer:
                 h.after_train(self, summary)
             return summary
         finally:
+            for h in self.hooks:
+                h.close()
             self.tb.close()
             if self._log_handler is not None:
                 remove_log_file(self._log_handler)

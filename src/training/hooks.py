@@ -1,7 +1,8 @@
 """Periodic work around the training step, as hooks (the model is detectron2's ``engine/hooks.py``).
 
 The trainer runs ``before_train`` once, then after every optimizer step ``after_step(trainer, result)``
-on each hook in order, and ``after_train`` at the end. Its default hooks, in this order:
+on each hook in order, ``after_train`` at the end, and ``close`` whether the run ended well or not.
+Its default hooks, in this order:
 
 ==================  ==========  ====================================================================
 hook                collective  what it does
@@ -57,6 +58,9 @@ class Hook:
 
     def after_train(self, trainer: Trainer, summary: dict) -> None:
         """After the last step (not called when the run stops on an error)."""
+
+    def close(self) -> None:
+        """Release what the hook holds (files, progress bars); called when ``train()`` returns or raises."""
 
 
 def flatten_metrics(d: dict, prefix: str = "") -> dict[str, float]:
@@ -126,9 +130,6 @@ class MetricsWriter(Hook):
         logs["perf/examples_per_s"] = result.n_examples * trainer.world / seconds
         logs["perf/data_wait_ratio"] = result.data_wait / seconds
         return logs
-
-    def after_train(self, trainer, summary):
-        self.close()
 
     def close(self):
         if self._pbar is not None:
