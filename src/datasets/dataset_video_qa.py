@@ -22,16 +22,18 @@ def mk_qa_examples(raw_rows, task, path="<jsonl>"):
     """
     out = []
     for i, r in enumerate(raw_rows):
-        d = dict(question=r["question"], vid_id=r["gif_name"] if "gif_name" in r else r["video_id"],
-                 answer=r.get("answer"), question_id=i)
+        d = {"question": r["question"], "vid_id": r["gif_name"] if "gif_name" in r else r["video_id"],
+             "answer": r.get("answer"), "question_id": i}
         if task in MC_QA:
             opts = r.get("options")
             if not isinstance(opts, list) or len(opts) != N_OPTIONS:
-                raise ValueError(f"{path}: row {i + 1}: task {task} needs 'options' with {N_OPTIONS} strings, "
-                                 f"got {opts!r}")
+                raise ValueError(f"{path}: row {i + 1}: task {task} needs 'options' with {N_OPTIONS} "
+                                 f"strings, got {opts!r}")
             d["options"] = opts
-            if d["answer"] is not None and not (isinstance(d["answer"], int) and 0 <= d["answer"] < N_OPTIONS):
-                raise ValueError(f"{path}: row {i + 1}: answer must be an option index 0..4, got {d['answer']!r}")
+            answer = d["answer"]
+            if answer is not None and not (isinstance(answer, int) and 0 <= answer < N_OPTIONS):
+                raise ValueError(f"{path}: row {i + 1}: answer must be an option index 0..4, "
+                                 f"got {answer!r}")
         if "answer_type" in r:
             d["answer_type"] = r["answer_type"]
         out.append(d)
@@ -65,8 +67,9 @@ class VideoQADataset(VideoDatasetBase):
         self.qid2data = {e["question_id"]: e for _, g in datalist for e in g}
         self.n_unknown_answers = 0
         if task_type in OPEN_ENDED_QA and return_label:
-            unknown = sorted({e["answer"] for e in self.qid2data.values() if e["answer"] not in self.ans2label})
-            self.n_unknown_answers = sum(e["answer"] not in self.ans2label for e in self.qid2data.values())
+            answers = [e["answer"] for e in self.qid2data.values()]
+            unknown = sorted({a for a in answers if a not in self.ans2label})
+            self.n_unknown_answers = sum(a not in self.ans2label for a in answers)
             if unknown:
                 logger.warning("%s: %d question(s) have answers not in ans2label (label -100), e.g. %s",
                                self.name, self.n_unknown_answers, unknown[:5])
@@ -78,8 +81,8 @@ class VideoQADataset(VideoDatasetBase):
         label = d["answer"]
         if self.return_label and label is not None and self.task_type in OPEN_ENDED_QA:
             label = self.ans2label.get(label, -100)
-        ex = dict(q_str=d["question"], question_id=d["question_id"],
-                  label=label if self.return_label else None, answer_type=d.get("answer_type"))
+        ex = {"q_str": d["question"], "question_id": d["question_id"],
+              "label": label if self.return_label else None, "answer_type": d.get("answer_type")}
         if self.task_type in MC_QA:
             ex["options_str_list"] = d["options"]
         return ex
@@ -90,7 +93,7 @@ class VideoQADataset(VideoDatasetBase):
         if frames is None:
             return None, (vid_id, reason)
         exs = [self._example(e) for e in examples]
-        return dict(vid=frames, examples=exs, n_examples=len(exs), vid_id=vid_id), None
+        return {"vid": frames, "examples": exs, "n_examples": len(exs), "vid_id": vid_id}, None
 
     def __getitem__(self, index):
         if self.is_train:
@@ -98,7 +101,7 @@ class VideoQADataset(VideoDatasetBase):
         item, failure = self._build(index)
         if item is None:
             vid_id, examples = self.datalist[index]
-            return dict(vid=None, examples=[], n_examples=0, vid_id=vid_id, bad_videos=[failure])
+            return {"vid": None, "examples": [], "n_examples": 0, "vid_id": vid_id, "bad_videos": [failure]}
         item["bad_videos"] = []
         return item
 
@@ -126,7 +129,7 @@ class VideoQACollator(CollatorBase):
         ids, mask = tokenize(self.tokenizer, texts, self.max_txt_len)
         labels = (torch.tensor([int(e["label"]) for e in exs], dtype=torch.long)
                   if exs[0]["label"] is not None else None)
-        return dict(visual_inputs=stack_visual(items), text_input_ids=ids, text_input_mask=mask,
-                    labels=labels, question_ids=[e["question_id"] for e in exs],
-                    answer_types=[e.get("answer_type") for e in exs], n_examples_list=n_list,
-                    vid_ids=[d["vid_id"] for d in items], bad_videos=bad)
+        return {"visual_inputs": stack_visual(items), "text_input_ids": ids, "text_input_mask": mask,
+                "labels": labels, "question_ids": [e["question_id"] for e in exs],
+                "answer_types": [e.get("answer_type") for e in exs], "n_examples_list": n_list,
+                "vid_ids": [d["vid_id"] for d in items], "bad_videos": bad}

@@ -3,8 +3,8 @@
 ClipBERT's decoder (adapted from SlowFast) picks frames in two steps: a clip window in native
 frame units is converted to pts, the container seeks to the keyframe before it and decodes only
 that window (plus the first frame past its end), then `temporal_sampling` picks `num_frames`
-indices over the decoded window. This module keeps that selection exactly (spec section 3) but,
-unlike ClipBERT, raises `VideoDecodeError` with a machine-readable `reason` instead of swallowing
+indices over the decoded window. This module keeps that selection exactly (same frames, same random
+draws) but, unlike ClipBERT, raises `VideoDecodeError` with a machine-readable `reason` instead of swallowing
 every exception, so datasets can report *why* a video failed. The legacy `(None, max_pts)`
 contract lives in `src.datasets.dataset_base.extract_frames_from_video_binary`.
 
@@ -69,7 +69,7 @@ def open_container(video_bytes, multi_thread_decode=False):
     try:
         container = av.open(stream_io, metadata_errors="ignore")
     except Exception as e:  # PyAV raises many FFmpeg error types (InvalidDataError, EOFError, ...)
-        raise VideoDecodeError("open_failed", f"cannot open video container: {type(e).__name__}: {e}")
+        raise VideoDecodeError("open_failed", f"cannot open video container: {type(e).__name__}: {e}") from e
     if not container.streams.video:
         container.close()
         raise VideoDecodeError("no_video_stream", "container has no video stream")
@@ -112,7 +112,8 @@ def decode_window(container, start_pts, end_pts, buffer_size=0):
     try:
         container.seek(seek_offset, any_frame=False, backward=True, stream=stream)
     except Exception as e:
-        raise VideoDecodeError("decode_failed", f"seek to pts {seek_offset} failed: {type(e).__name__}: {e}")
+        raise VideoDecodeError("decode_failed",
+                               f"seek to pts {seek_offset} failed: {type(e).__name__}: {e}") from e
     frames = {}
     buffer_count = 0
     max_pts = 0
@@ -130,7 +131,7 @@ def decode_window(container, start_pts, end_pts, buffer_size=0):
                     break
     except Exception as e:
         if not frames:
-            raise VideoDecodeError("decode_failed", f"decoding failed: {type(e).__name__}: {e}")
+            raise VideoDecodeError("decode_failed", f"decoding failed: {type(e).__name__}: {e}") from e
         # ClipBERT also lost the whole video here; we keep the frames decoded before the corruption
     return [frames[pts] for pts in sorted(frames)], max_pts
 
@@ -145,7 +146,7 @@ def stream_max_pts(container):
             if packet.pts is not None:
                 max_pts = max(max_pts, packet.pts)
     except Exception as e:
-        raise VideoDecodeError("decode_failed", f"reading packets failed: {type(e).__name__}: {e}")
+        raise VideoDecodeError("decode_failed", f"reading packets failed: {type(e).__name__}: {e}") from e
     return max_pts
 
 
@@ -240,7 +241,8 @@ class PacketIndex:
                 if packet.is_keyframe:
                     keys.append(packet.pts)
         except Exception as e:
-            raise VideoDecodeError("decode_failed", f"reading packets failed: {type(e).__name__}: {e}")
+            raise VideoDecodeError("decode_failed",
+                                   f"reading packets failed: {type(e).__name__}: {e}") from e
         self.pts, self.keyframes = sorted(set(pts)), sorted(keys)
         self.ok = self.ok and bool(self.keyframes) and len(self.pts) == len(pts)
         self.max_pts = self.pts[-1] if self.pts else 0
@@ -313,8 +315,10 @@ def _decode_clips_fast(container, info, plans, num_frames, target_fps, index):
     cache, results = {}, []
     for ps in picks:
         if ps and all(p in got for p in ps):
-            results.append(np.stack([cache[p] if p in cache else cache.setdefault(p, got[p].to_ndarray(format="rgb24"))
-                                     for p in ps]))
+            for p in ps:
+                if p not in cache:
+                    cache[p] = got[p].to_ndarray(format="rgb24")
+            results.append(np.stack([cache[p] for p in ps]))
         else:
             results.append(None)
     return results
@@ -329,6 +333,33 @@ def strategy_to_clip(sampling_strategy):
     if sampling_strategy == "uniform":
         return -2, None
     raise ValueError(f"frm_sampling_strategy={sampling_strategy!r} is not one of {SAMPLING_STRATEGIES}")
+
+
+def _decode_planned_clips(container, info, calls, num_frames, target_fps):
+    """The fast path of :func:`decode_clips`: plan every window first (same random draws, in clip
+    order, as the reference), decode only the picked frames, and run the reference path for any clip
+    the fast path could not serve (same window)."""
+    index = PacketIndex(container)
+
+    def max_pts_fn():
+        return index.max_pts if index.ok else stream_max_pts(container)
+    plans, video_max_pts = [], None
+    for c in calls:
+        start_pts, end_pts, video_max_pts = plan_window(
+            info, num_frames, target_fps, c["clip_idx"], c["num_clips"],
+            c.get("safeguard_duration", False), video_max_pts, max_pts_fn)
+        plans.append((c["clip_idx"], start_pts, end_pts))
+    clips = _decode_clips_fast(container, info, plans, num_frames, target_fps, index)
+    for k, arr in enumerate(clips):
+        if arr is None:  # reference path for this clip, same window
+            _, start_pts, end_pts = plans[k]
+            frames, _ = decode_window(container, start_pts, end_pts)
+            if not frames:
+                raise VideoDecodeError("no_frames", f"no frames decoded in pts window "
+                                                    f"[{start_pts}, {end_pts}]")
+            idx = pick_in_window(len(frames), plans[k][0], num_frames, target_fps, info.fps)
+            clips[k] = np.stack([frames[i].to_ndarray(format="rgb24") for i in idx])
+    return clips
 
 
 def decode_clips(video_bytes, num_frames, target_fps, n_clips=1, mode="strategy",
@@ -352,33 +383,14 @@ def decode_clips(video_bytes, num_frames, target_fps, n_clips=1, mode="strategy"
             raise VideoDecodeError("too_short", f"video has {n_total} frame(s), fewer than "
                                                 f"min_video_frames={min_video_frames}")
         if mode == "uniform":
-            calls = [dict(clip_idx=k, num_clips=n_clips, safeguard_duration=True) for k in range(n_clips)]
+            calls = [{"clip_idx": k, "num_clips": n_clips, "safeguard_duration": True}
+                     for k in range(n_clips)]
         else:
             clip_idx, num_clips = strategy_to_clip(sampling_strategy)
-            calls = [dict(clip_idx=clip_idx, num_clips=num_clips) for _ in range(n_clips)]
+            calls = [{"clip_idx": clip_idx, "num_clips": num_clips} for _ in range(n_clips)]
         clips = [None] * n_clips
         if fast and _is_selective(info):
-            # plan every window first (same random draws, in clip order, as the reference)
-            index = PacketIndex(container)
-
-            def max_pts_fn():
-                return index.max_pts if index.ok else stream_max_pts(container)
-            plans, video_max_pts = [], None
-            for c in calls:
-                start_pts, end_pts, video_max_pts = plan_window(
-                    info, num_frames, target_fps, c["clip_idx"], c["num_clips"],
-                    c.get("safeguard_duration", False), video_max_pts, max_pts_fn)
-                plans.append((c["clip_idx"], start_pts, end_pts))
-            clips = _decode_clips_fast(container, info, plans, num_frames, target_fps, index)
-            for k, arr in enumerate(clips):
-                if arr is None:  # reference path for this clip, same window
-                    _, start_pts, end_pts = plans[k]
-                    frames, _ = decode_window(container, start_pts, end_pts)
-                    if not frames:
-                        raise VideoDecodeError("no_frames", f"no frames decoded in pts window "
-                                                            f"[{start_pts}, {end_pts}]")
-                    idx = pick_in_window(len(frames), plans[k][0], num_frames, target_fps, info.fps)
-                    clips[k] = np.stack([frames[i].to_ndarray(format="rgb24") for i in idx])
+            clips = _decode_planned_clips(container, info, calls, num_frames, target_fps)
         else:
             video_max_pts = None
             for k, c in enumerate(calls):

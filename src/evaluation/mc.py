@@ -5,17 +5,20 @@ ClipBERT reported ``mc_accuracy`` as the string ``f"{100*acc:.2f}"`` and compare
 question ids are compared as strings, the accuracy is a float (``format_mc_accuracy`` gives the legacy
 string for ``mc_test_scores.json``) and a prediction for an unknown question raises ValueError.
 """
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
 import torch
 
 from src.utils.distributed import all_gather_list
 
 
-def mc_predict(logits, n_options=5):
+def mc_predict(logits: Union[torch.Tensor, Sequence[float]], n_options: int = 5) -> list[int]:
     """Predicted option index per question from logits (B, n_options) or flat (B*n_options,)."""
     return torch.as_tensor(logits).reshape(-1, n_options).argmax(dim=-1).tolist()
 
 
-def eval_mc(predictions, gts):
+def eval_mc(predictions: Mapping[Any, int], gts: Mapping[Any, int]) -> dict[str, float]:
     """``{"mc_accuracy": %}`` for ``predictions`` {qid: idx} against ``gts`` {qid: idx}."""
     gts = {str(k): int(v) for k, v in gts.items()}
     preds = {str(k): int(v) for k, v in predictions.items()}
@@ -28,11 +31,12 @@ def eval_mc(predictions, gts):
     return {"mc_accuracy": 100.0 * correct / len(preds)}
 
 
-def format_mc_accuracy(acc):
+def format_mc_accuracy(acc: float) -> str:
+    """ClipBERT's string form of the accuracy (``mc_test_scores.json``): two decimals."""
     return f"{acc:.2f}"
 
 
-def gather_mc_predictions(local_predictions):
+def gather_mc_predictions(local_predictions: Mapping[Any, int]) -> dict[Any, int]:
     """Merge every rank's {qid: idx} (first rank wins on duplicates from sampler padding)."""
     merged = {}
     for part in all_gather_list(local_predictions):

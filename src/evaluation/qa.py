@@ -11,6 +11,9 @@
   in percent, unrounded. Only types that occur are reported (ClipBERT gave 0, VQA NaN, for empty
   types). A predicted question without ground truth raises ValueError.
 """
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
+
 from src.utils.distributed import all_gather_list
 
 
@@ -24,7 +27,9 @@ def _dedupe(predictions):
     return out
 
 
-def eval_qa(predictions, gts, label2ans=None):
+def eval_qa(predictions: Iterable[Mapping[str, Any]], gts: Mapping[Any, Mapping[str, Any]],
+            label2ans: Optional[Mapping[int, str]] = None) -> dict[str, Any]:
+    """Overall and per-answer-type accuracy in percent (see the module docstring for the formats)."""
     preds = _dedupe(predictions)
     if not preds:
         raise ValueError("eval_qa: no predictions to evaluate")
@@ -56,7 +61,7 @@ def eval_qa(predictions, gts, label2ans=None):
     return out
 
 
-def gather_qa_results(local_predictions):
+def gather_qa_results(local_predictions: list[dict]) -> list[dict]:
     """Every rank's predictions, concatenated in rank order and de-duplicated by question id."""
     out = []
     for part in all_gather_list(local_predictions):

@@ -21,6 +21,9 @@ Differences from ClipBERT (documented fixes):
 
 ``id2data`` is accepted for compatibility and not needed.
 """
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional
+
 import numpy as np
 
 from src.utils.distributed import all_gather_list
@@ -49,7 +52,7 @@ def _build_matrix(vid_txt_score_dicts):
     return S, txt_ids, vid_ids
 
 
-def pessimistic_rank(row, gt_cols):
+def pessimistic_rank(row: np.ndarray, gt_cols: Sequence[int]) -> int:
     """0-based rank of the best GT column of ``row``; ties count against the GT."""
     gt_cols = np.asarray(gt_cols)
     best = row[gt_cols].max()
@@ -67,7 +70,8 @@ def _metrics(ranks):
             "meanR": float(np.mean(ranks + 1))}
 
 
-def eval_retrieval(vid_txt_score_dicts, gt_txt_id2vid_id, id2data=None):
+def eval_retrieval(vid_txt_score_dicts: Iterable[Mapping[str, Any]], gt_txt_id2vid_id: Mapping[Any, Any],
+                   id2data: Optional[Mapping] = None) -> dict[str, dict[str, float]]:
     """``{"text2video": {r1, r5, r10, medianR, meanR}, "video2text": {...}}`` (see module doc)."""
     S, txt_ids, vid_ids = _build_matrix(vid_txt_score_dicts)
     vid_col = {v: j for j, v in enumerate(vid_ids)}
@@ -84,7 +88,7 @@ def eval_retrieval(vid_txt_score_dicts, gt_txt_id2vid_id, id2data=None):
     return {"text2video": _metrics(t2v), "video2text": _metrics(v2t)}
 
 
-def gather_retrieval_results(local_results):
+def gather_retrieval_results(local_results: list[dict]) -> list[dict]:
     """All ranks' ``[{vid_id, txt_id, score}]`` lists concatenated in rank order (every rank)."""
     out = []
     for part in all_gather_list(local_results):

@@ -9,13 +9,15 @@ applies ``freeze_cnn``. Every load logs a key table (src.utils.load_save); the s
 import json
 import logging
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from transformers import BertConfig
 
 from src.modeling.backbone import GridFeatBackbone, build_resnet
 from src.modeling.clipbert import ClipBert, ClipBertTransformer
 from src.modeling.heads import make_head
-from src.modeling.pretrained_paths import resolve_path
+from src.utils.pretrained_paths import resolve_path
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ def _get(cfg, key, default=None):
     return default if value is None else value
 
 
-def load_model_config(path):
+def load_model_config(path: str) -> tuple[BertConfig, dict]:
     """Model JSON -> (BertConfig, raw dict); ``pkg:`` paths allowed."""
     path = resolve_path(path)
     if not path or not os.path.isfile(path):
@@ -93,7 +95,7 @@ def _check_cnn_weights(path):
     raise FileNotFoundError(f"cnn_weights_path {path!r} does not exist; {hint}")
 
 
-def build_model(cfg):
+def build_model(cfg: Mapping[str, Any]) -> ClipBert:
     """ClipBert from cfg keys: model_config, tokenizer_dir, bert_weights_path, e2e_weights_path,
     cnn_weights_path (alias detectron2_weights_path), cnn_type, freeze_cnn, grad_ckpt,
     img_input_format, task_type, num_labels, loss_type, margin, classifier, cls_hidden_scale

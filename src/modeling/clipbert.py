@@ -17,8 +17,8 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertEncoder, 
 
 from src.compat.layer_norm import FusedLayerNorm
 from src.modeling.backbone import convert_c2_names, is_c2_state_dict
-from src.modeling.pretrained_paths import find_weights_file, resolve_path
 from src.utils.load_save import load_state_dict_file, load_state_dict_with_mismatch, unwrap_state_dict
+from src.utils.pretrained_paths import find_weights_file, resolve_path
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +226,8 @@ class ClipBert(nn.Module):
         repeat_counts = [int(n) for n in batch["n_examples_list"]]
         n_text = batch["text_input_ids"].shape[0]
         if sum(repeat_counts) != n_text:
-            raise ValueError(f"n_examples_list sums to {sum(repeat_counts)} but text_input_ids has {n_text} rows")
+            raise ValueError(f"n_examples_list sums to {sum(repeat_counts)} but text_input_ids has "
+                             f"{n_text} rows")
         visual = repeat_tensor_rows(self.cnn(batch["visual_inputs"]), repeat_counts)
         logits = self.transformer(batch["text_input_ids"], visual, batch["text_input_mask"])
         logits = self.head.reshape_logits(logits, repeat_counts)
@@ -250,7 +251,8 @@ class ClipBert(nn.Module):
         return self.load_summaries
 
     def load_e2e_weights(self, path_or_state_dict):
-        """Load a full ClipBERT checkpoint (``cnn.*`` + ``transformer.*``), ignoring its unused detector keys."""
+        """Load a full ClipBERT checkpoint (``cnn.*`` + ``transformer.*``), ignoring its unused detector
+        keys."""
         self.load_summaries["e2e"] = load_state_dict_with_mismatch(
             self, resolve_path(path_or_state_dict), ignore_prefixes=E2E_IGNORE_PREFIXES)
         return self.load_summaries["e2e"]

