@@ -81,4 +81,4 @@ train action_train run_video_qa.py configs/demo_qa_action.json
 infer action_infer run_video_qa.py demo_qa_action action_test.jsonl
 
 step "7/7 results"
-"$PY" -m src.utils.quickstart_report --output_dir "$OUT" --data_dir "$DATA" --total_s $(( $(date +%s) - T0 ))
+"$PY" run_scripts/quickstart_report.py --output_dir "$OUT" --data_dir "$DATA" --total_s $(( $(date +%s) - T0 ))

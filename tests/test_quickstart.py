@@ -1,4 +1,7 @@
-"""The quickstart end to end in its reduced mode (QUICKSTART_FAST=1), as CI runs it."""
+"""The quickstart end to end in its reduced mode (QUICKSTART_FAST=1), as CI runs it; its results
+table (run_scripts/quickstart_report.py) on hand-made result files."""
+import importlib.util
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -6,6 +9,43 @@ from pathlib import Path
 from tests.conftest import requires_horovod
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_report():
+    """run_scripts/quickstart_report.py is a script, not part of the package: load it by path."""
+    path = REPO / "run_scripts" / "quickstart_report.py"
+    spec = importlib.util.spec_from_file_location("quickstart_report", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_json(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def test_report_table(tmp_path, capsys):
+    out, data = tmp_path / "qs", tmp_path / "demo"
+    _write_json(data / "stats.json", {"test": {
+        "retrieval_r1_chance": 1.11, "retrieval_r5_chance": 5.56, "mc_chance_acc": 20.0,
+        "frameqa_best_constant_acc": 19.44, "action_majority_index_acc": 24.44}})
+    _write_json(out / "demo_ret/results_retrieval_test/step_10/scores.json",
+                {"text2video": {"r1": 50.0, "r5": 90.0}})
+    _write_json(out / "demo_ret/mc_results_mc_test/step_10/mc_test_scores.json", {"mc_accuracy": 80.0})
+    _write_json(out / "demo_qa_frameqa/results_frameqa_test/step_5/scores.json", {"overall_acc": 70.0})
+    _write_json(out / "demo_qa_action/results_action_test/step_5/scores.json", {"overall_acc": 100.0})
+    (out / "ret_train.wall").write_text("12\n")
+    (out / "ret_infer.wall").write_text("3\n")
+    report = _load_report()
+    assert report.main(["--output_dir", str(out), "--data_dir", str(data), "--total_s", "99"]) == 0
+    text = capsys.readouterr().out
+    assert "R@1" in text and "50.00%" in text and "15s" in text and "total wall time: 99 s" in text
+    for row in ("retrieval (text->video)", "multiple choice (ret.)", "frame QA", "action (5-way QA)"):
+        assert row in text
+    (out / "demo_qa_action/results_action_test/step_5/scores.json").unlink()
+    assert report.main(["--output_dir", str(out), "--data_dir", str(data)]) == 1
+    assert "no inference scores" in capsys.readouterr().err
 
 
 @requires_horovod

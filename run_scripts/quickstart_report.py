@@ -1,5 +1,9 @@
 """Print the quickstart's results table (task, metric, chance baseline, ours, wall time).
 
+Step 7 of ``run_scripts/quickstart.sh``::
+
+    python run_scripts/quickstart_report.py --output_dir OUT --data_dir data/demo [--total_s SECONDS]
+
 Reads the ``scores.json`` files written by ``--do_inference 1`` and the chance baselines that
 ``make_demo_data`` stored in ``stats.json``; exits non-zero if a result is missing.
 """
@@ -54,7 +58,8 @@ def rows(out, data_dir):
         ("retrieval (text->video)", "R@1", test["retrieval_r1_chance"], t2v["r1"],
          _wall(out, "ret_train", "ret_infer")),
         ("retrieval (text->video)", "R@5", test["retrieval_r5_chance"], t2v["r5"], None),
-        ("multiple choice (ret.)", "accuracy", test["mc_chance_acc"], mc["mc_accuracy"], _wall(out, "mc_infer")),
+        ("multiple choice (ret.)", "accuracy", test["mc_chance_acc"], mc["mc_accuracy"],
+         _wall(out, "mc_infer")),
         ("frame QA", "accuracy", test["frameqa_best_constant_acc"], qa["overall_acc"],
          _wall(out, "qa_train", "qa_infer")),
         ("action (5-way QA)", "accuracy", test["action_majority_index_acc"], action["overall_acc"],
@@ -77,8 +82,8 @@ def main(argv=None):
     for task, metric, chance, ours, wall in table:
         w = f"{wall}s" if wall else ""
         print(f"{task:<26}{metric:<10}{float(chance):>8.2f}%{float(ours):>8.2f}%{w:>8}")
-    print("(chance: random ranking for retrieval, 1 in 5 for multiple choice, best constant answer for frame QA,\n"
-          " most frequent answer index for action; demo test split)")
+    print("(chance: random ranking for retrieval, 1 in 5 for multiple choice, best constant answer for "
+          "frame QA,\n most frequent answer index for action; demo test split)")
     if a.total_s is not None:
         print(f"total wall time: {a.total_s} s")
     print(f"tensorboard logs: {a.output_dir}/*/log   (tensorboard --logdir {a.output_dir})")
