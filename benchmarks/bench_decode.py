@@ -13,6 +13,7 @@ H.264 videos with 2 s GOPs (streaming-style keyframe interval), since the shippe
     python benchmarks/bench_decode.py [--repeats 3] [--long_seconds 24 60]
 """
 import argparse
+import functools
 import importlib.util
 import os
 import random
@@ -44,7 +45,8 @@ def decode_all_then_sample(data):
     out = []
     for k in range(N_CLIPS):
         s, e = get_start_end_idx(len(frames), clip_size, k, N_CLIPS)
-        out += [frames[i].to_ndarray(format="rgb24") for i in temporal_sampling_indices(len(frames), s, e, NUM_FRM)]
+        idx = temporal_sampling_indices(len(frames), s, e, NUM_FRM)
+        out += [frames[i].to_ndarray(format="rgb24") for i in idx]
     return torch.from_numpy(np.stack(out))
 
 
@@ -93,7 +95,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     random.seed(0)
     print(f"setting: fps={FPS} num_frm={NUM_FRM} n_clips={N_CLIPS}; best of {a.repeats}; clips/s per video")
-    hdr = f"{'video':34s} {'frames':>6s} {'sec':>5s} {'rand8 c/s':>10s} {'unif8 c/s':>10s} {'all c/s':>9s} {'rand/all':>8s} {'unif/all':>8s}"
+    hdr = (f"{'video':34s} {'frames':>6s} {'sec':>5s} {'rand8 c/s':>10s} {'unif8 c/s':>10s} {'all c/s':>9s} "
+           f"{'rand/all':>8s} {'unif/all':>8s}")
     print(hdr)
     print("-" * len(hdr))
     for name, data in videos(a.long_seconds):
@@ -102,11 +105,13 @@ def main(argv=None):
         secs = float(c.streams.video[0].duration * c.streams.video[0].time_base)
         c.close()
         assert sparse(data, "strategy").shape[0] == decode_all_then_sample(data).shape[0] == N_CLIPS * NUM_FRM
-        t_rand = best_time(lambda: sparse(data, "strategy"), a.repeats)
-        t_unif = best_time(lambda: sparse(data, "uniform"), a.repeats)
-        t_all = best_time(lambda: decode_all_then_sample(data), a.repeats)
-        print(f"{name:34s} {info.frames_length:6d} {secs:5.1f} {N_CLIPS / t_rand:10.1f} {N_CLIPS / t_unif:10.1f} "
-              f"{N_CLIPS / t_all:9.1f} {t_all / t_rand:7.2f}x {t_all / t_unif:7.2f}x")
+        # functools.partial binds this iteration's video (a lambda would read the loop variable late)
+        t_rand = best_time(functools.partial(sparse, data, "strategy"), a.repeats)
+        t_unif = best_time(functools.partial(sparse, data, "uniform"), a.repeats)
+        t_all = best_time(functools.partial(decode_all_then_sample, data), a.repeats)
+        print(f"{name:34s} {info.frames_length:6d} {secs:5.1f} {N_CLIPS / t_rand:10.1f} "
+              f"{N_CLIPS / t_unif:10.1f} {N_CLIPS / t_all:9.1f} {t_all / t_rand:7.2f}x "
+              f"{t_all / t_unif:7.2f}x")
     return 0
 
 

@@ -72,14 +72,14 @@ def run_case(args):
         with open(model_config, "w") as f:
             json.dump(conf, f)
         cnn_type = "resnet50"
-    model = build_model(dict(model_config=model_config, task_type="retrieval", loss_type="ce",
-                             cnn_type=cnn_type, grad_ckpt=args.grad_ckpt)).train()
+    model = build_model({"model_config": model_config, "task_type": "retrieval", "loss_type": "ce",
+                         "cnn_type": cnn_type, "grad_ckpt": args.grad_ckpt}).train()
     n_txt = args.videos * args.texts_per_video
     labels = torch.tensor(([1] + [0] * (args.texts_per_video - 1)) * args.videos)
-    batch = dict(visual_inputs=torch.randn(args.videos, args.num_frm, 3, args.img, args.img),
-                 text_input_ids=torch.randint(1000, 2000, (n_txt, args.txt_len)),
-                 text_input_mask=torch.ones(n_txt, args.txt_len, dtype=torch.long),
-                 n_examples_list=[args.texts_per_video] * args.videos, labels=labels)
+    batch = {"visual_inputs": torch.randn(args.videos, args.num_frm, 3, args.img, args.img),
+             "text_input_ids": torch.randint(1000, 2000, (n_txt, args.txt_len)),
+             "text_input_mask": torch.ones(n_txt, args.txt_len, dtype=torch.long),
+             "n_examples_list": [args.texts_per_video] * args.videos, "labels": labels}
 
     def step():
         model(batch)["loss"].backward()
@@ -103,10 +103,11 @@ def run_case(args):
     elapsed = time.perf_counter() - t0
     done.set()
     t.join()
-    print(json.dumps(dict(case=args.case, grad_ckpt=args.grad_ckpt, samples_per_s=n_txt * args.steps / elapsed,
-                          step_s=elapsed / args.steps, saved_activation_mb=saved_mb,
-                          peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                          step_rss_rise_mb=(peak[0] - base) / 2 ** 20)))
+    print(json.dumps({"case": args.case, "grad_ckpt": args.grad_ckpt,
+                      "samples_per_s": n_txt * args.steps / elapsed, "step_s": elapsed / args.steps,
+                      "saved_activation_mb": saved_mb,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "step_rss_rise_mb": (peak[0] - base) / 2 ** 20}))
 
 
 def main():
@@ -150,9 +151,10 @@ def main():
     for name in args.configs:
         base, ours = results[(name, 0)], results[(name, 1)]
         print(f"{name}: throughput baseline(no ckpt) {base['samples_per_s']:.2f} vs ours(grad_ckpt) "
-              f"{ours['samples_per_s']:.2f} samples/s -> ratio {ours['samples_per_s'] / base['samples_per_s']:.2f}x")
-        print(f"{name}: peak RSS baseline {base['peak_rss_mb']:.1f} vs ours {ours['peak_rss_mb']:.1f} MB -> ratio "
-              f"{ours['peak_rss_mb'] / base['peak_rss_mb']:.2f}x; RSS rise over steps baseline "
+              f"{ours['samples_per_s']:.2f} samples/s -> ratio "
+              f"{ours['samples_per_s'] / base['samples_per_s']:.2f}x")
+        print(f"{name}: peak RSS baseline {base['peak_rss_mb']:.1f} vs ours {ours['peak_rss_mb']:.1f} MB -> "
+              f"ratio {ours['peak_rss_mb'] / base['peak_rss_mb']:.2f}x; RSS rise over steps baseline "
               f"{base['step_rss_rise_mb']:.1f} vs ours {ours['step_rss_rise_mb']:.1f} MB -> ratio "
               f"{ours['step_rss_rise_mb'] / max(base['step_rss_rise_mb'], 1e-6):.2f}x")
         print(f"{name}: saved activations baseline {base['saved_activation_mb']:.1f} vs ours "

@@ -55,7 +55,9 @@ def test_frozen_bn_matches_eval_batchnorm_and_is_kept_by_amp():
     torch.manual_seed(0)
     bn = nn.BatchNorm2d(6).eval()
     with torch.no_grad():
-        bn.weight.uniform_(0.5, 1.5); bn.bias.normal_(); bn.running_mean.normal_()
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.normal_()
+        bn.running_mean.normal_()
         bn.running_var.uniform_(0.5, 2.0)
     frozen = FrozenBatchNorm2d(6)
     sd = {k: v for k, v in bn.state_dict().items() if k != "num_batches_tracked"}

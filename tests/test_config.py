@@ -208,7 +208,8 @@ def test_reference_markdown_lists_every_option():
 
 LEGACY_RET = {  # the key set of ClipBERT's shipped msrvtt_ret_base_resnet50.json
     "train_datasets": [{"name": "msrvtt", "txt": "/txt/msrvtt_retrieval/train.jsonl", "img": "/img/msrvtt"}],
-    "val_datasets": [{"name": "msrvtt_retrieval", "txt": "/txt/msrvtt_retrieval/val.jsonl", "img": "/img/msrvtt"}],
+    "val_datasets": [{"name": "msrvtt_retrieval", "txt": "/txt/msrvtt_retrieval/val.jsonl",
+                      "img": "/img/msrvtt"}],
     "max_txt_len": 100, "max_img_size": 448, "img_pixel_mean": [123.675, 116.28, 103.53],
     "img_pixel_std": [1.0, 1.0, 1.0], "img_input_format": "BGR", "fps": 2, "num_frm": 2, "train_n_clips": 8,
     "score_agg_func": "lse", "max_n_example_per_group": 1, "model_config": "src/configs/base_model.json",

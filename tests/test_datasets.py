@@ -65,16 +65,18 @@ def mixed_store(tmp_path_factory):
 
 def _cfg(demo, task="retrieval", **kw):
     t = os.path.join(demo, "txt")
-    cfg = dict(train_datasets=[dict(name="demo", img=os.path.join(demo, "vis_db"),
-                                    txt=dict(retrieval=f"{t}/retrieval_train.jsonl",
-                                             frameqa=f"{t}/frameqa_train.jsonl", action=f"{t}/action_train.jsonl"))],
-               val_datasets=[dict(name="demo", img=os.path.join(demo, "vis_db"),
-                                  txt=dict(retrieval=f"{t}/retrieval_val.jsonl", frameqa=f"{t}/frameqa_val.jsonl",
-                                           action=f"{t}/action_val.jsonl", msrvtt_mc=f"{t}/mc_val.jsonl"))],
-               tokenizer_dir=TOK_DIR, max_txt_len=16, max_img_size=40, fps=2, num_frm=2,
-               frm_sampling_strategy="rand", train_n_clips=2, inference_n_clips=1, random_sample_clips=1,
-               max_n_example_per_group=2, itm_neg_size=1, ans2label_path=f"{t}/ans2label.json", task=task,
-               skip_bad_videos=0, data_ratio=1.0, seed=42)
+    img = os.path.join(demo, "vis_db")
+    train_txt = {"retrieval": f"{t}/retrieval_train.jsonl", "frameqa": f"{t}/frameqa_train.jsonl",
+                 "action": f"{t}/action_train.jsonl"}
+    val_txt = {"retrieval": f"{t}/retrieval_val.jsonl", "frameqa": f"{t}/frameqa_val.jsonl",
+               "action": f"{t}/action_val.jsonl", "msrvtt_mc": f"{t}/mc_val.jsonl"}
+    cfg = {"train_datasets": [{"name": "demo", "img": img, "txt": train_txt}],
+           "val_datasets": [{"name": "demo", "img": img, "txt": val_txt}],
+           "tokenizer_dir": TOK_DIR, "max_txt_len": 16, "max_img_size": 40, "fps": 2, "num_frm": 2,
+           "frm_sampling_strategy": "rand", "train_n_clips": 2, "inference_n_clips": 1,
+           "random_sample_clips": 1, "max_n_example_per_group": 2, "itm_neg_size": 1,
+           "ans2label_path": f"{t}/ans2label.json", "task": task, "skip_bad_videos": 0, "data_ratio": 1.0,
+           "seed": 42}
     cfg.update(kw)
     return cfg
 
@@ -167,7 +169,7 @@ def tokenizer_ids(text):
 
 
 def _retrieval_groups(keys):
-    return [(k, [dict(id=i, txt=f"caption {k}", vid_id=k)]) for i, k in enumerate(keys)]
+    return [(k, [{"id": i, "txt": f"caption {k}", "vid_id": k}]) for i, k in enumerate(keys)]
 
 
 def test_train_replaces_bad_videos_and_reports(mixed_store, tokenizer, caplog):
@@ -200,7 +202,7 @@ def test_bad_video_report_counts(mixed_store):
         ds.record_bad_videos([item[1]])
     rep = ds.bad_video_report()
     assert rep["count"] == 5 and rep["keys"] == sorted(BAD)
-    assert rep["by_reason"] == {r: 1 for r in BAD_REASONS.values()}
+    assert rep["by_reason"] == dict.fromkeys(BAD_REASONS.values(), 1)
     assert ds.bad_video_report(log=False)["count"] == 0
 
 
@@ -212,7 +214,8 @@ def test_train_gives_up_after_retries(mixed_store):
 
 
 def _qa_eval_ds(mixed_store, keys, skip):
-    groups = [(k, [dict(question="what color?", vid_id=k, answer="red", question_id=i, answer_type="color")])
+    groups = [(k, [{"question": "what color?", "vid_id": k, "answer": "red", "question_id": i,
+                    "answer_type": "color"}])
               for i, k in enumerate(keys)]
     return VideoQADataset("frameqa", groups, mixed_store, ans2label={"red": 0, "blue": 1}, fps=2, num_frm=2,
                           max_img_size=32, n_clips=1, clip_mode="uniform", is_train=False,
@@ -236,7 +239,8 @@ def test_eval_skip_bad_videos(mixed_store, tokenizer):
     qids = [q for b in PrefetchLoader(loader, None, device="cpu") for q in b["question_ids"]]
     assert qids == [0, 6]
     # retrieval eval with one bad video: the good one is still scored, the bad one reported
-    eval_ds = VideoRetrievalEvalDataset([dict(id=0, txt="a", vid_id="good2"), dict(id=1, txt="b", vid_id="bad_empty")],
+    eval_ds = VideoRetrievalEvalDataset([{"id": 0, "txt": "a", "vid_id": "good2"},
+                                         {"id": 1, "txt": "b", "vid_id": "bad_empty"}],
                                         mixed_store, fps=2, num_frm=2, max_img_size=32, skip_bad_videos=True)
     col = VideoRetrievalCollator(tokenizer, 12)
     assert col([eval_ds[1]])["visual_inputs"] is None
@@ -250,7 +254,8 @@ def test_every_collator_drops_failed_videos(demo, tokenizer):
     failed = {"vid": None, "bad_videos": [("k", "empty")]}
     ds, _ = build_qa_datasets(_cfg(demo, "action"), "val")
     ds_mc, _ = build_mc_dataset(_cfg(demo, "msrvtt_mc"), "val")
-    cases = [(VideoQACollator(tokenizer, 16, "action"), ds[0], 5), (VideoMCCollator(tokenizer, 16), ds_mc[0], 5),
+    cases = [(VideoQACollator(tokenizer, 16, "action"), ds[0], 5),
+             (VideoMCCollator(tokenizer, 16), ds_mc[0], 5),
              (VideoRetrievalCollator(tokenizer, 16), build_retrieval_datasets(_cfg(demo), "train")[0][0],
               None)]
     for col, item, n_text in cases:
@@ -268,7 +273,8 @@ def test_dataloader_two_workers_lmdb_and_set_epoch(demo, tokenizer):
     assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(v for v, _ in ds.datalist)
     assert epochs[0] != epochs[1]  # set_epoch reshuffles (ClipBERT repeated one order)
     batch = next(it)
-    assert batch["visual_inputs"].shape == (4, 2, 3, 40, 40) and batch["visual_inputs"].min() < 0  # normalised
+    assert batch["visual_inputs"].shape == (4, 2, 3, 40, 40)
+    assert batch["visual_inputs"].min() < 0  # normalised
 
 
 def test_distributed_sampler_partitions(demo):
@@ -286,10 +292,10 @@ def test_jsonl_errors_name_file_and_line(tmp_path, demo):
     with pytest.raises(ValueError, match=r"bad.jsonl:2: missing field\(s\) \['clip_name'\]"):
         load_jsonl(str(p), required_fields=("caption", "clip_name"))
     cfg = _cfg(demo)
-    cfg["train_datasets"][0]["txt"] = dict(retrieval=str(p))
+    cfg["train_datasets"][0]["txt"] = {"retrieval": str(p)}
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         build_retrieval_datasets(cfg, "train")
-    cfg["train_datasets"][0]["txt"] = dict(action=str(p))
+    cfg["train_datasets"][0]["txt"] = {"action": str(p)}
     with pytest.raises(KeyError, match="task='frameqa' is not one of them"):
         build_qa_datasets(dict(cfg, task="frameqa"), "train")
 
@@ -317,6 +323,7 @@ def test_horovod_two_ranks_partition_and_reshuffle(demo, tmp_path):
     n = len(build_retrieval_datasets(_cfg(demo), "train")[0])
     for e in (0, 1):
         r0, r1 = res[0]["epochs"][e], res[1]["epochs"][e]
-        assert len(r0) == len(r1) == n // 2 and sorted(r0 + r1) == sorted(f"demo_train_{i:05d}" for i in range(n))
+        assert len(r0) == len(r1) == n // 2
+        assert sorted(r0 + r1) == sorted(f"demo_train_{i:05d}" for i in range(n))
     assert res[0]["epochs"][0] != res[0]["epochs"][1]  # set_epoch per pass
     assert res[0]["shape"] == [2, 2, 3, 40, 40]

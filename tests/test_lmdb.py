@@ -95,7 +95,8 @@ def test_images_keep_original_bytes(tmp_path):
     Image.fromarray(np.arange(48, dtype=np.uint8).reshape(4, 4, 3)).save(buf, format="PNG")
     _write(str(root / "im1.png"), buf.getvalue())
     _write(str(root / "bad.png"), b"\x89PNG garbage")
-    n, failed = file2lmdb.build_lmdb(str(root), str(tmp_path / "db"), ["png"], "image", 1, log=lambda *_: None)
+    n, failed = file2lmdb.build_lmdb(str(root), str(tmp_path / "db"), ["png"], "image", 1,
+                                     log=lambda *_: None)
     assert n == 2 and failed == []
     assert LMDBStore(str(tmp_path / "db")).get("im1") == buf.getvalue()  # lossless, unlike ClipBERT
     n_checked, bad = file2lmdb.verify_lmdb(str(tmp_path / "db"), "image", 1)

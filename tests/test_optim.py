@@ -46,7 +46,8 @@ def test_adamw_matches_formula_over_steps():
 
 def test_param_groups_by_name():
     cfg = parse_args("shared", ["--transformer_lr_mul", "10", "--transformer_lr_mul_prefix", "head",
-                                "--learning_rate", "1e-4", "--cnn_learning_rate", "1e-3", "--cnn_lr_mul", "0.5"])
+                                "--learning_rate", "1e-4", "--cnn_learning_rate", "1e-3",
+                                "--cnn_lr_mul", "0.5"])
     model = ToyModel()
     model.cnn.feature.requires_grad_(False)  # frozen params are left out
     groups = build_param_groups(model, cfg)
@@ -60,7 +61,8 @@ def test_param_groups_by_name():
                                  "transformer.dense.bias"],
         "cnn_mul": ["cnn.grid_encoder.weight"], "cnn_mul_no_decay": ["cnn.grid_encoder.bias"]}
     assert by_name["transformer_mul"]["lr"] == pytest.approx(1e-3)
-    assert by_name["transformer"]["weight_decay"] == 1e-3 and by_name["transformer_no_decay"]["weight_decay"] == 0
+    assert by_name["transformer"]["weight_decay"] == 1e-3
+    assert by_name["transformer_no_decay"]["weight_decay"] == 0
     assert by_name["cnn_mul"]["lr"] == pytest.approx(5e-4)
     opt = build_optimizer(model, cfg)
     set_lr(opt, {"transformer": 2.0, "cnn": 4.0})

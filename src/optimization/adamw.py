@@ -24,8 +24,8 @@ class AdamW(Optimizer):
             raise ValueError(f"AdamW: invalid betas {betas} (each must be in [0, 1))")
         if eps < 0.0:
             raise ValueError(f"AdamW: invalid eps {eps} (must be >= 0)")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      correct_bias=correct_bias))
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                                  "correct_bias": correct_bias})
 
     @torch.no_grad()
     def step(self, closure=None):

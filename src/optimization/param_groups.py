@@ -6,8 +6,9 @@ dropped and :func:`set_lr` sets ``lr = base_lr[role] * lr_mul`` for any number o
 
 Membership follows ClipBERT's rules, applied to parameter names:
 
-* part: names whose first component contains ``cnn`` (``cnn.*``; ClipBERT tested the whole name) are CNN; all other
-  trainable parameters are transformer parameters (ClipBERT silently left them out of the optimizer).
+* part: names whose first component contains ``cnn`` (``cnn.*``; ClipBERT tested the whole name) are
+  CNN; all other trainable parameters are transformer parameters (ClipBERT silently left them out of
+  the optimizer).
 * multiplier: the name contains ``{transformer,cnn}_lr_mul_prefix`` (empty prefix: every name, the
   multiplier then applies to the whole part, as in ClipBERT).
 * no weight decay: biases and LayerNorm weights, i.e. a name containing ``bias`` or
