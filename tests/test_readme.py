@@ -1,7 +1,7 @@
 """The README stays true: generated config reference, and the marked shell blocks run as written.
 
 Blocks preceded by ``<!-- readme-test -->`` run in order in one bash session from the repo root,
-in a reduced mode: ``$CLIPBERT_OVERRIDES`` (appended to every task's command line by src/config.py)
+in a reduced mode: ``$CLIPBERT_OVERRIDES`` (appended to every task's command line by src/config/)
 shortens training, so the commands themselves are exactly the documented ones.
 """
 import os

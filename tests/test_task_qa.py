@@ -42,7 +42,8 @@ def demo(tmp_path_factory):
             "ans2label_path": str(data / "txt/ans2label.json"),
             "model_config": str(REPO / "configs/model/tiny_model.json"), "bert_weights_path": None,
             "cnn_weights_path": cnn, "max_img_size": 64, "train_batch_size": 8, "val_batch_size": 5,
-            "inference_batch_size": 5, "num_train_epochs": 1, "num_valid": 2, "min_valid_steps": 2, "n_workers": 0,
+            "inference_batch_size": 5, "num_train_epochs": 1, "num_valid": 2, "min_valid_steps": 2,
+            "n_workers": 0,
             "output_dir": str(root / f"run_{task}"), "learning_rate": 1e-3, "cnn_learning_rate": 1e-3,
         })
         path = root / f"{task}_test.json"
@@ -119,7 +120,8 @@ def test_inference_unlabeled_file_and_cli_settings_kept(frameqa_run, tmp_path):
             f.write(json.dumps({k: v for k, v in row.items() if k not in ("answer", "answer_type")}) + "\n")
     # no --config: task, model and tokenizer come from the trained run's log/args.json
     rc = _infer(moved, unlabeled, "--inference_model_step", "-1", "--score_agg_func", "max", "--fps", "5",
-                "--inference_batch_size", "3", "--max_txt_len", "7", "--n_workers", "0", img=r["data"] / "vis_db")
+                "--inference_batch_size", "3", "--max_txt_len", "7", "--n_workers", "0",
+                img=r["data"] / "vis_db")
     assert rc == 0
     rdir = moved / "results_frameqa_unlabeled" / "step_6_1_max"
     assert not (rdir / "scores.json").exists()
@@ -174,8 +176,9 @@ GPU_CONFIGS = {
     "msrvtt_qa_base_resnet50.json": dict(task="msrvtt_qa", fps=2, num_frm=2, train_n_clips=8,
                                          score_agg_func="lse", max_txt_len=100, num_train_epochs=10,
                                          max_img_size=448),
-    **{f"tgif_qa_{t}_base_resnet50.json": dict(task=t, fps=1, num_frm=1, train_n_clips=1, score_agg_func="mean",
-                                               max_txt_len=25, num_train_epochs=15, max_img_size=768)
+    **{f"tgif_qa_{t}_base_resnet50.json": dict(task=t, fps=1, num_frm=1, train_n_clips=1,
+                                               score_agg_func="mean", max_txt_len=25, num_train_epochs=15,
+                                               max_img_size=768)
        for t in ("action", "transition", "frameqa")},
 }
 
@@ -184,7 +187,8 @@ GPU_CONFIGS = {
 def test_gpu_configs_parse(name, tmp_path):
     ans2label = tmp_path / "ans2label.json"  # the real one lives under /txt on the cluster
     ans2label.write_text(json.dumps({"a": 0, "b": 1, "c": 2}))
-    cfg = parse_args("video_qa", ["--config", str(REPO / "configs" / name), "--ans2label_path", str(ans2label)])
+    cfg = parse_args("video_qa", ["--config", str(REPO / "configs" / name),
+                                  "--ans2label_path", str(ans2label)])
     for k, v in GPU_CONFIGS[name].items():
         assert cfg[k] == v, k
     assert (cfg.train_batch_size, cfg.gradient_accumulation_steps, cfg.fp16) == (16, 1, True)

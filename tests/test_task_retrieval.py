@@ -129,7 +129,8 @@ def test_msrvtt_mc_requires_do_inference(demo, capsys):
 def test_inference_on_missing_run_is_one_line_error(demo, tmp_path, capsys):
     rc = main("retrieval", RetrievalTask, ["--config", str(demo["cfg"]), "--do_inference", "1",
                                            "--output_dir", str(tmp_path / "nothing"),
-                                           "--inference_txt_db", str(demo["data"] / "txt/retrieval_val.jsonl")])
+                                           "--inference_txt_db",
+                                           str(demo["data"] / "txt/retrieval_val.jsonl")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "log/args.json not found" in err[0]
 
@@ -159,7 +160,8 @@ def test_forward_clips_one_forward_per_clip():
 def test_prefetch_loader_yields_none_for_empty_batches():
     good = {"visual_inputs": torch.full((1, 1, 3, 2, 2), 10.0), "bad_videos": []}
     empty = {"visual_inputs": None, "n_examples_list": [], "bad_videos": [("v1", "corrupt")]}
-    assert [b is None for b in PrefetchLoader([empty, dict(good)], device="cpu", yield_empty=True)] == [True, False]
+    batches = PrefetchLoader([empty, dict(good)], device="cpu", yield_empty=True)
+    assert [b is None for b in batches] == [True, False]
     assert len(list(PrefetchLoader([empty, dict(good)], device="cpu"))) == 1
 
 
@@ -201,7 +203,8 @@ def test_shipped_configs_parse():
     assert ret.output_dir.startswith("/storage/")
     assert all(ret[k].startswith("/pretrain/") for k in ("tokenizer_dir", "e2e_weights_path"))
     mc = parse_args("msrvtt_mc", ["--config", str(REPO / "configs/msrvtt_mc_base_resnet50.json")])
-    assert mc.do_inference and mc.inference_txt_db.startswith("/txt/") and mc.inference_img_db.startswith("/img/")
+    assert mc.do_inference and mc.inference_txt_db.startswith("/txt/")
+    assert mc.inference_img_db.startswith("/img/")
     assert mc.output_dir == ret.output_dir and mc.task_type == "retrieval"
     demo = parse_args("retrieval", ["--config", str(REPO / "configs/demo_ret.json")])
     assert demo.train_datasets[0].txt == "data/demo/txt/retrieval_train.jsonl" and not demo.fp16

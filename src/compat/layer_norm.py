@@ -98,7 +98,7 @@ class MixedFusedLayerNorm(FusedLayerNorm):
     def __init__(self, normalized_shape, eps=1e-5, *, memory_efficient=False, **kwargs):
         if "elementwise_affine" in kwargs:
             affine = kwargs.pop("elementwise_affine")
-            warnings.warn("MixedFusedLayerNorm does not support `elementwise_affine` argument")
+            warnings.warn("MixedFusedLayerNorm does not support `elementwise_affine` argument", stacklevel=2)
             if not affine:
                 raise RuntimeError("MixedFusedLayerNorm does not support `elementwise_affine = False`")
         if kwargs:

@@ -43,12 +43,12 @@ from src.config.parse import (
 from src.config.reference import README_BEGIN, README_END, config_reference_markdown, update_readme
 from src.config.schema import Config, ConfigError, Option, coerce
 from src.config.stored import MODEL_KEYS, apply_stored_model_config
-from src.config.tasks import PostParse, TaskSpec, register_task, task_options
+from src.config.tasks import PostParse, TaskSpec, register_task, task_options, with_defaults
 
 __all__ = [
     "DECAYS", "MODEL_KEYS", "OVERRIDES_ENV", "README_BEGIN", "README_END", "RETRIEVAL_OPTIONS",
     "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "Config", "ConfigError", "Option", "PostParse", "SharedConfigs",
     "TaskSpec", "apply_stored_model_config", "build_parser", "coerce", "config_reference_markdown",
     "env_overrides", "parse_args", "parse_args_or_exit", "register_task", "shared_configs", "task_options",
-    "update_readme",
+    "update_readme", "with_defaults",
 ]

@@ -1,5 +1,5 @@
 """The task registry: each task's options (added to its parent's) and its post-parse rule."""
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -45,3 +45,19 @@ def post_parse_chain(task: str) -> list[PostParse]:
     spec = _TASKS[task]
     chain = post_parse_chain(spec.parent) if spec.parent else []
     return chain + ([spec.post_parse] if spec.post_parse else [])
+
+
+def with_defaults(cfg: Mapping, task: str = "shared") -> Config:
+    """``cfg`` as a :class:`Config` in which every option of ``task`` is present: values ``cfg`` lacks
+    (or holds as None where the schema default is not None) are the schema's defaults.
+
+    For library callers (scripts, tests, benchmarks) that pass a plain dict to a builder: the schema
+    stays the one place a default is written. A parsed config comes back with the same values.
+    """
+    out = Config()
+    for name, o in task_options(task).items():
+        out[name] = o.default
+    for k, v in cfg.items():
+        if v is not None or k not in out or out[k] is None:
+            out[k] = v
+    return out

@@ -5,8 +5,9 @@ by task), inference_txt_db / inference_img_db (split "inference"), tokenizer_dir
 max_img_size, fps, num_frm, frm_sampling_strategy, train_n_clips, inference_n_clips,
 random_sample_clips, max_n_example_per_group, itm_neg_size, ans2label_path, task,
 skip_bad_videos, data_ratio, seed, eval_retrieval_batch_size / inference_batch_size,
-min_video_frames (optional, default 2). When `txt` is a dict, the key is cfg.task (retrieval
-defaults to "retrieval", MC to "msrvtt_mc").
+min_video_frames. Defaults are the config schema's (a plain dict is completed by
+``src.config.with_defaults``). When `txt` is a dict, the key is the task: cfg.task for
+video QA, "retrieval" for retrieval and "msrvtt_mc" for MC.
 
 Clip plans (as in ClipBERT's dataloaders): training samples `train_n_clips` clips with the configured
 strategy, independently if `random_sample_clips` else uniformly with the duration safeguard; retrieval
@@ -19,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Union
 
+from src.config import with_defaults
 from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_mc import VideoMCCollator, VideoMCDataset, mk_mc_examples
 from src.datasets.dataset_retrieval import (
@@ -43,14 +45,6 @@ logger = logging.getLogger(__name__)
 SPLITS = ("train", "val", "inference")
 
 
-def _get(cfg, key, default=None):
-    try:
-        v = cfg[key] if isinstance(cfg, dict) else getattr(cfg, key)
-    except (KeyError, AttributeError):
-        return default
-    return default if v is None else v
-
-
 def load_tokenizer(tokenizer_dir: str) -> "BertTokenizerFast":
     """BertTokenizerFast from a local directory (vocab.txt / tokenizer.json); ``pkg:`` paths allowed."""
     from transformers import BertTokenizerFast
@@ -70,8 +64,8 @@ def _txt_img(cfg, split, task=None):
     """(txt path, img lmdb dir, dataset name) for the split."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r} must be one of {SPLITS}")
-    if split == "inference" and _get(cfg, "inference_txt_db"):
-        txt, img, name = _get(cfg, "inference_txt_db"), _get(cfg, "inference_img_db"), "inference"
+    if split == "inference" and cfg.inference_txt_db:
+        txt, img, name = cfg.inference_txt_db, cfg.inference_img_db, "inference"
         if not img:
             img = _dataset_entry(cfg, "val")["img"]
     else:
@@ -91,7 +85,7 @@ def _txt_img(cfg, split, task=None):
 
 def _dataset_entry(cfg, which):
     key = "train_datasets" if which == "train" else "val_datasets"
-    lst = _get(cfg, key)
+    lst = cfg[key]
     if not lst:
         raise ValueError(f"config key {key} is missing or empty; give [{{name, txt, img}}]")
     entry = lst[0]
@@ -102,33 +96,33 @@ def _dataset_entry(cfg, which):
 
 
 def _apply_data_ratio(rows, cfg):
-    ratio = float(_get(cfg, "data_ratio", 1.0))
+    ratio = float(cfg.data_ratio)
     if not 0 < ratio <= 1:
         raise ValueError(f"data_ratio must be in (0, 1], got {ratio}")
     if ratio < 1.0:  # ClipBERT: shuffle then keep int(n * r); seeded so all ranks agree
         rows = list(rows)
-        random.Random(_get(cfg, "seed", 42)).shuffle(rows)
+        random.Random(cfg.seed).shuffle(rows)
         rows = rows[:max(1, int(len(rows) * ratio))]
     return rows
 
 
 def _common(cfg, name, is_train):
-    return {"fps": _get(cfg, "fps", 1), "num_frm": _get(cfg, "num_frm", 3),
-            "max_img_size": _get(cfg, "max_img_size", 448), "is_train": is_train,
-            "skip_bad_videos": bool(_get(cfg, "skip_bad_videos", 0)),
-            "min_video_frames": _get(cfg, "min_video_frames", 2), "name": name}
+    return {"fps": cfg.fps, "num_frm": cfg.num_frm,
+            "max_img_size": cfg.max_img_size, "is_train": is_train,
+            "skip_bad_videos": bool(cfg.skip_bad_videos),
+            "min_video_frames": cfg.min_video_frames, "name": name}
 
 
 def _train_clips(cfg):
-    n = int(_get(cfg, "train_n_clips", 3))
-    rand = bool(_get(cfg, "random_sample_clips", 1))
+    n = int(cfg.train_n_clips)
+    rand = bool(cfg.random_sample_clips)
     return {"n_clips": n, "clip_mode": "strategy" if (n == 1 or rand) else "uniform",
-            "frm_sampling_strategy": _get(cfg, "frm_sampling_strategy", "rand")}
+            "frm_sampling_strategy": cfg.frm_sampling_strategy}
 
 
 def _eval_clips(cfg):
-    n = int(_get(cfg, "inference_n_clips", 1))
-    strategy = _get(cfg, "frm_sampling_strategy", "rand")
+    n = int(cfg.inference_n_clips)
+    strategy = cfg.frm_sampling_strategy
     strategy = "middle" if strategy == "rand" else strategy
     return {"n_clips": n, "clip_mode": "strategy" if n == 1 else "uniform", "frm_sampling_strategy": strategy}
 
@@ -140,22 +134,23 @@ def build_retrieval_datasets(
     `max_n_example_per_group` captions with `itm_neg_size` negatives; "val"/"inference":
     VideoRetrievalEvalDataset (batch_size 1; captions chunked by eval_retrieval_batch_size or
     inference_batch_size)."""
-    txt, img, name = _txt_img(cfg, split, _get(cfg, "task", "retrieval"))
+    cfg = with_defaults(cfg, "retrieval")
+    txt, img, name = _txt_img(cfg, split, "retrieval")
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("caption", "clip_name")), cfg)
     examples = mk_retrieval_examples(rows)
-    tokenizer = load_tokenizer(_get(cfg, "tokenizer_dir"))
-    collator = VideoRetrievalCollator(tokenizer, _get(cfg, "max_txt_len", 20))
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    collator = VideoRetrievalCollator(tokenizer, cfg.max_txt_len)
     if split == "train":
         grouped = defaultdict(list)
         for e in examples:
             grouped[e["vid_id"]].append(e)
-        groups = mk_input_group(grouped, max_n_example_per_group=int(_get(cfg, "max_n_example_per_group", 2)),
+        groups = mk_input_group(grouped, max_n_example_per_group=int(cfg.max_n_example_per_group),
                                 is_train=True)
-        ds = VideoRetrievalDataset(groups, img, itm_neg_size=_get(cfg, "itm_neg_size", 1),
+        ds = VideoRetrievalDataset(groups, img, itm_neg_size=cfg.itm_neg_size,
                                    **_common(cfg, f"{name}_train", True), **_train_clips(cfg))
     else:
         bs_key = "inference_batch_size" if split == "inference" else "eval_retrieval_batch_size"
-        ds = VideoRetrievalEvalDataset(examples, img, caption_batch_size=_get(cfg, bs_key),
+        ds = VideoRetrievalEvalDataset(examples, img, caption_batch_size=cfg[bs_key],
                                        **_common(cfg, f"{name}_{split}", False), **_eval_clips(cfg))
     return ds, collator
 
@@ -163,7 +158,8 @@ def build_retrieval_datasets(
 def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADataset, VideoQACollator]:
     """(dataset, collator) for video QA (cfg.task in frameqa|msrvtt_qa|action|transition).
     Training groups 1 question per item (ClipBERT forces max_n_example_per_group=1 for QA)."""
-    task = _get(cfg, "task")
+    cfg = with_defaults(cfg, "video_qa")
+    task = cfg.task
     if task not in QA_TASKS:
         raise ValueError(f"config task={task!r} must be one of {QA_TASKS}")
     txt, img, name = _txt_img(cfg, split, task)
@@ -176,7 +172,7 @@ def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADatase
         raise ValueError(f"{txt}: example {missing + 1} has no 'answer'; training needs answers")
     ans2label = None
     if task in OPEN_ENDED_QA:
-        path = _get(cfg, "ans2label_path")
+        path = cfg.ans2label_path
         if not path:
             raise ValueError(f"task {task} needs ans2label_path (a JSON {{answer: label}})")
         ans2label = load_json(path)
@@ -189,19 +185,20 @@ def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADatase
     if is_train:
         clips = _train_clips(cfg)
     else:  # ClipBERT's QA eval: always uniform clips
-        clips = {"n_clips": int(_get(cfg, "inference_n_clips", 1)), "clip_mode": "uniform",
+        clips = {"n_clips": int(cfg.inference_n_clips), "clip_mode": "uniform",
                  "frm_sampling_strategy": "uniform"}
     ds = VideoQADataset(task, groups, img, ans2label=ans2label, return_label=has_answers,
                         **_common(cfg, f"{name}_{task}_{split}", is_train), **clips)
-    collator = VideoQACollator(load_tokenizer(_get(cfg, "tokenizer_dir")), _get(cfg, "max_txt_len", 20), task)
+    collator = VideoQACollator(load_tokenizer(cfg.tokenizer_dir), cfg.max_txt_len, task)
     return ds, collator
 
 
 def build_mc_dataset(cfg: Mapping[str, Any],
                      split: str = "inference") -> tuple[VideoMCDataset, VideoMCCollator]:
     """(dataset, collator) for MSRVTT-MC style evaluation (jsonl {qid, clip_name, options, answer})."""
-    txt, img, name = _txt_img(cfg, split, _get(cfg, "task", "msrvtt_mc"))
+    cfg = with_defaults(cfg, "msrvtt_mc")
+    txt, img, name = _txt_img(cfg, split, "msrvtt_mc")
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("qid", "clip_name", "options")), cfg)
     ds = VideoMCDataset(mk_mc_examples(rows, txt), img, **_common(cfg, f"{name}_mc", False),
                         **_eval_clips(cfg))
-    return ds, VideoMCCollator(load_tokenizer(_get(cfg, "tokenizer_dir")), _get(cfg, "max_txt_len", 20))
+    return ds, VideoMCCollator(load_tokenizer(cfg.tokenizer_dir), cfg.max_txt_len)

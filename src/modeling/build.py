@@ -14,6 +14,7 @@ from typing import Any
 
 from transformers import BertConfig
 
+from src.config import with_defaults
 from src.modeling.backbone import GridFeatBackbone, build_resnet
 from src.modeling.clipbert import ClipBert, ClipBertTransformer
 from src.modeling.heads import make_head
@@ -31,14 +32,6 @@ MODEL_CONFIG_DEFAULTS = {
     "max_temporal_position_embeddings": 100,  # unused, as in ClipBERT
     "attn_implementation": "eager",  # "sdpa" is faster; "eager" is ClipBERT's maths
 }
-
-
-def _get(cfg, key, default=None):
-    if isinstance(cfg, dict):
-        value = cfg.get(key, default)
-    else:
-        value = getattr(cfg, key, default)
-    return default if value is None else value
 
 
 def load_model_config(path: str) -> tuple[BertConfig, dict]:
@@ -99,46 +92,44 @@ def build_model(cfg: Mapping[str, Any]) -> ClipBert:
     """ClipBert from cfg keys: model_config, tokenizer_dir, bert_weights_path, e2e_weights_path,
     cnn_weights_path (alias detectron2_weights_path), cnn_type, freeze_cnn, grad_ckpt,
     img_input_format, task_type, num_labels, loss_type, margin, classifier, cls_hidden_scale
-    (+ optional cnn_norm 'FrozenBN'|'BN', cnn_freeze_at). The model JSON may give defaults for
-    cnn_type / cnn_norm / cnn_freeze_at / bert_weights_path."""
-    config, raw = load_model_config(_get(cfg, "model_config"))
-    _check_vocab(_get(cfg, "tokenizer_dir"), config)
-    grad_ckpt = bool(int(_get(cfg, "grad_ckpt", 0)))
-
-    backbone = build_resnet(_get(cfg, "cnn_type", raw.get("cnn_type", "resnet50")),
-                            norm=_get(cfg, "cnn_norm", raw.get("cnn_norm", "FrozenBN")),
-                            freeze_at=_get(cfg, "cnn_freeze_at", raw.get("cnn_freeze_at")),
+    (+ optional cnn_norm 'FrozenBN'|'BN', cnn_freeze_at). Unset keys take the config schema's defaults
+    (a plain dict is completed by ``src.config.with_defaults``); the model JSON may give cnn_type /
+    cnn_norm / cnn_freeze_at / bert_weights_path where the config leaves them unset."""
+    task_type = cfg.get("task_type") or "retrieval"  # derived by the config's post-parse rules
+    cfg = with_defaults(cfg, "retrieval" if task_type == "retrieval" else "video_qa")
+    config, raw = load_model_config(cfg.model_config)
+    _check_vocab(cfg.tokenizer_dir, config)
+    grad_ckpt = bool(cfg.grad_ckpt)
+    cnn_type = cfg.cnn_type or raw.get("cnn_type", "resnet50")
+    backbone = build_resnet(cnn_type, norm=cfg.get("cnn_norm") or raw.get("cnn_norm", "FrozenBN"),
+                            freeze_at=cfg.get("cnn_freeze_at", raw.get("cnn_freeze_at")),
                             grad_ckpt=grad_ckpt)
     want = raw.get("backbone_channel_in_size")
     if want is not None and want != backbone.out_channels:
-        raise ValueError(f"model_config backbone_channel_in_size={want} but cnn_type="
-                         f"{_get(cfg, 'cnn_type', raw.get('cnn_type', 'resnet50'))!r} outputs "
-                         f"{backbone.out_channels} channels; fix one of them")
-    cnn = GridFeatBackbone(backbone, config.hidden_size,
-                           input_format=_get(cfg, "img_input_format", "BGR"))
-
-    task_type = _get(cfg, "task_type", "retrieval")
-    head = make_head(task_type, num_labels=_get(cfg, "num_labels"),
-                     loss_type=_get(cfg, "loss_type", "ce"), margin=float(_get(cfg, "margin", 0.2)),
-                     classifier=_get(cfg, "classifier", "mlp"),
-                     cls_hidden_scale=_get(cfg, "cls_hidden_scale", 2))
-    config.pixel_random_sampling_size = int(_get(cfg, "pixel_random_sampling_size", 0))
-    transformer = ClipBertTransformer(config, head, grad_ckpt=grad_ckpt)
-    model = ClipBert(cnn, transformer, head)
-
-    _check_cnn_weights(_get(cfg, "cnn_weights_path", _get(cfg, "detectron2_weights_path")))
-    e2e = _get(cfg, "e2e_weights_path")
-    if e2e:
-        model.load_e2e_weights(e2e)
-    else:
-        model.load_separate_ckpt(
-            cnn_weights_path=_get(cfg, "cnn_weights_path", _get(cfg, "detectron2_weights_path")),
-            bert_weights_path=_get(cfg, "bert_weights_path", raw.get("bert_weights_path")))
-    if bool(int(_get(cfg, "freeze_cnn", 0))):
+        raise ValueError(f"model_config backbone_channel_in_size={want} but cnn_type={cnn_type!r} "
+                         f"outputs {backbone.out_channels} channels; fix one of them")
+    cnn = GridFeatBackbone(backbone, config.hidden_size, input_format=cfg.img_input_format)
+    margin = {"margin": float(cfg.margin)} if "margin" in cfg else {}  # a retrieval (rank loss) option
+    head = make_head(task_type, num_labels=cfg.num_labels, loss_type=cfg.loss_type,
+                     classifier=cfg.classifier, cls_hidden_scale=cfg.cls_hidden_scale, **margin)
+    config.pixel_random_sampling_size = int(cfg.pixel_random_sampling_size)
+    model = ClipBert(cnn, ClipBertTransformer(config, head, grad_ckpt=grad_ckpt), head)
+    _load_weights(model, cfg, raw)
+    if cfg.freeze_cnn:
         model.freeze_cnn_backbone()
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logger.info("built ClipBert: cnn=%s (%d ch), hidden=%d, layers=%d, head=%r, grad_ckpt=%s, "
-                "%d trainable params", _get(cfg, "cnn_type", raw.get("cnn_type", "resnet50")),
-                backbone.out_channels, config.hidden_size, config.num_hidden_layers, head, grad_ckpt,
-                n_train)
+                "%d trainable params", cnn_type, backbone.out_channels, config.hidden_size,
+                config.num_hidden_layers, head, grad_ckpt, n_train)
     return model
+
+
+def _load_weights(model: ClipBert, cfg, raw: dict) -> None:
+    """End-to-end weights (e2e_weights_path), else the CNN and BERT weights separately."""
+    cnn_weights = cfg.cnn_weights_path or cfg.detectron2_weights_path
+    _check_cnn_weights(cnn_weights)
+    if cfg.e2e_weights_path:
+        model.load_e2e_weights(cfg.e2e_weights_path)
+    else:
+        model.load_separate_ckpt(cnn_weights_path=cnn_weights,
+                                 bert_weights_path=cfg.bert_weights_path or raw.get("bert_weights_path"))

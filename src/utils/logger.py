@@ -17,9 +17,9 @@ def setup_logging(level=logging.INFO):
 def add_log_to_file(log_path):
     """Also write every log record (root logger) to ``log_path`` in ClipBERT's format."""
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-    root = logging.getLogger()
+    root, target = logging.getLogger(), os.path.abspath(log_path)
     for h in root.handlers:
-        if isinstance(h, logging.FileHandler) and os.path.abspath(h.baseFilename) == os.path.abspath(log_path):
+        if isinstance(h, logging.FileHandler) and os.path.abspath(h.baseFilename) == target:
             return h
     fh = logging.FileHandler(log_path)
     fh.setFormatter(logging.Formatter(_FMT, datefmt=_DATEFMT))
