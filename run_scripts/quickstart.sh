@@ -24,7 +24,7 @@ step() { echo; echo "==> [$(date +%T), +$(( $(date +%s) - T0 ))s] $*"; }
 step "1/7 environment (.venv; the first run builds Horovod, ~5 min on 2 cores)"
 ./run_scripts/setup_env.sh
 PY="$REPO/.venv/bin/python"
-export PATH="$REPO/.venv/bin:$PATH" PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$REPO/.venv/bin:$PATH"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 
 step "2/7 synthetic demo data and the pretrained demo CNN in $DATA"

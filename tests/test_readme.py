@@ -42,8 +42,8 @@ def test_marked_shell_blocks_run_as_written():
         shutil.rmtree(REPO / d, ignore_errors=True)
     script = "set -euo pipefail\n" + "\n".join(marked_blocks(README.read_text()))
     env = dict(os.environ, CLIPBERT_OVERRIDES=REDUCED, OMP_NUM_THREADS="1",
-               PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
-               PYTHONPATH=str(REPO))
+               PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    env.pop("PYTHONPATH", None)  # as a user runs them: the installed package, no path settings
     p = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=900)
     assert p.returncode == 0, f"README block failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
