@@ -1,6 +1,11 @@
 """amp O2 + DistributedOptimizer under real multi-process launches (2 ranks, gloo on CPU).
 
 One launch per launcher runs every scenario of tests/workers/amp_hvd.py (see its docstring).
+
+The broadcast-after-initialize checks encode apex.amp._process_optimizer.lazy_init_with_master_weights:
+apex made the fp32 masters at the first ``zero_grad()`` (or backward) after ``amp.initialize``, copying
+the model as it was then, so weights written into the model between ``initialize`` and ClipBERT's
+``optimizer.zero_grad(); optimizer.step()`` were kept.
 """
 import json
 
@@ -57,6 +62,17 @@ def _check_all(results, backend):
         assert r["guard"]["zero_grad_guard_raised"] is True
     assert r0["accum_k"]["flat"] == r1["accum_k"]["flat"]
     assert r0["accum_1"]["flat"] == r1["accum_1"]["flat"]
+    _check_broadcast_after_initialize(r0, r1)
+
+
+def _check_broadcast_after_initialize(r0, r1):
+    """Broadcast after amp.initialize + the quick hack: both ranks hold rank 0's weights, bit-equal."""
+    for key in ("bcast_state_dict", "bcast_named"):
+        a, b = r0[key], r1[key]
+        assert a["initial"] != b["initial"]  # the ranks started apart
+        assert a["after_hack"] == b["after_hack"] == a["initial"], key  # rank 0's weights survived
+        assert a["final"] == b["final"] and a["masters"] == b["masters"], key  # and training stays equal
+        assert a["final"] != a["after_hack"]
 
 
 @requires_horovod

@@ -1,5 +1,6 @@
-"""src.compat.amp model processing: dtypes after O2/O3 (affine BatchNorm fp32), the patched forward's
-input/output casts, O1 autocast, the CPU fp16 warning, and the same on CUDA when there is one."""
+"""src.compat.amp model processing: dtypes after O2/O3 (affine BatchNorm fp32), in-place buffer casts,
+the patched forward's input/output casts, O1 training on CPU, the CPU fp16 warning, and the same on
+CUDA when there is one (O1's cast lists themselves: tests/test_amp_o1.py)."""
 import collections
 import copy
 import warnings
@@ -100,7 +101,9 @@ def test_cast_model_outputs_and_not_cuda_warning_rule():
     assert m0({"x": torch.randn(1, 2), "ids": torch.arange(1)})["logits"].dtype == torch.float16
 
 
-def test_o1_autocasts_on_cpu_and_scales():
+def test_o1_trains_on_cpu_close_to_autocast_and_scales():
+    """O1 keeps fp32 weights and runs the GEMMs in fp16 (apex.amp.lists), so its gradients are close to
+    torch.autocast's (which follows the same idea with its own lists)."""
     m = mlp(bn=False)
     ref = copy.deepcopy(m)
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -150,3 +153,17 @@ def test_o2_and_o1_on_cuda():
     amp._amp_state.__init__()
     m1 = amp.initialize(mlp(bn=False).cuda(), opt_level="O1", verbosity=0)
     assert m1(x).dtype == torch.float16 and m1[0].weight.dtype == torch.float32
+
+
+def test_o2_casts_buffers_in_place_so_shared_buffers_stay_shared():
+    """apex.fp16_utils.fp16util.convert_module cast buffers with ``buf.data = buf.data.to(dtype)``: the
+    buffer objects survive, and one tensor registered in two modules is still one tensor."""
+    a, b = nn.Module(), nn.Module()
+    shared = torch.ones(3)
+    a.register_buffer("s", shared)
+    b.register_buffer("s", shared)
+    root = nn.Sequential(a, b, nn.Linear(3, 3), nn.BatchNorm1d(3))
+    bn_mean = root[3].running_mean
+    amp.initialize(root, opt_level="O2", verbosity=0)
+    assert root[0].s is root[1].s is shared and shared.dtype == torch.float16
+    assert root[3].running_mean is bn_mean and bn_mean.dtype == torch.float32  # kept BN untouched

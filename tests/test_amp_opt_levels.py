@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from src.compat import amp
+from tests.amp_helpers import data, inject_inf, loss_fn, mlp
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
-from tests.amp_helpers import mlp
 
 pytestmark = pytest.mark.filterwarnings("ignore:amp. fp16 on CPU")
 
@@ -122,3 +122,51 @@ def test_errors():
     with pytest.raises(RuntimeError, match="not passed through amp.initialize"):
         with amp.scale_loss(torch.tensor(1.0), stranger):
             pass
+
+
+@pytest.mark.parametrize("level", ["O0", "O1", "O3"])
+def test_step_closure_passes_through_without_master_weights(level):
+    """apex.amp._process_optimizer._process_optimizer patched ``step`` (refusing closures) only where
+    master weights exist; at O0/O1/O3 ``step(closure)`` reached the optimizer. Only the one-shot
+    ``skip_step`` that apex.amp.handle.scale_loss installs after an overflow refuses a closure."""
+    m = mlp(bn=False)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m, opt = amp.initialize(m, opt, opt_level=level, verbosity=0, loss_scale="dynamic")
+    x, y = data()
+    calls = []
+
+    def closure():
+        calls.append(1)
+        opt.zero_grad()
+        loss = loss_fn(m(x), y)
+        loss.backward()
+        return loss
+
+    assert torch.isfinite(opt.step(closure)) and calls == [1]
+    inject_inf(m, opt, x, y)
+    with pytest.raises(RuntimeError, match="closure"):
+        opt.step(closure)
+    w = m[0].weight.clone()
+    opt.step()  # the skip is still armed (the closure error came first, as in apex): this one is skipped
+    assert torch.equal(m[0].weight, w)
+    assert torch.isfinite(opt.step(closure)) and calls == [1, 1]
+
+
+def test_error_types_legacy_code_catches():
+    """apex.amp.handle.scale_loss indexed ``_amp_state.loss_scalers[loss_id]`` (IndexError for
+    loss_id >= num_losses) and read ``optimizer._amp_stash`` (AttributeError for an optimizer never
+    passed to initialize). Both are raised, as subclasses of the ValueError/RuntimeError of before."""
+    m, opt = amp.initialize(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), opt_level="O2",
+                            num_losses=2, verbosity=0)
+    loss = torch.tensor(1.0, requires_grad=True)
+    for exc in (IndexError, ValueError):
+        with pytest.raises(exc, match="num_losses=2"):
+            with amp.scale_loss(loss, opt, loss_id=2):
+                pass
+    with amp.scale_loss(loss, opt, loss_id=-1):  # a list index, as in apex: the last scaler
+        pass
+    stranger = torch.optim.SGD(mlp().parameters(), lr=0.1)
+    for exc in (AttributeError, RuntimeError):
+        with pytest.raises(exc, match="not passed through amp.initialize"):
+            with amp.scale_loss(loss, stranger):
+                pass

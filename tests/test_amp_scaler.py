@@ -1,6 +1,7 @@
 """src.compat.amp loss scaling: overflow skips one step and halves the dynamic scale, the scaler's
 window/caps/floor, static scales (never skip), and several losses with their own scalers."""
 import copy
+import logging
 
 import pytest
 import torch
@@ -174,6 +175,31 @@ def test_several_backwards_with_loss_ids_sum_and_inf_in_one_skips():
     sd = amp.state_dict()
     assert sd["loss_scaler0"] == {"loss_scale": 2. ** 16, "unskipped": 2}
     assert sd["loss_scaler1"] == {"loss_scale": 2. ** 9, "unskipped": 0}
-    with pytest.raises(ValueError, match="num_losses"):
+    with pytest.raises(IndexError, match="num_losses"):
         with amp.scale_loss(loss_fn(m(x), y), opt, loss_id=2):
             pass
+
+
+def test_overflow_message_on_every_rank_when_the_step_is_skipped(caplog, monkeypatch):
+    """apex.amp.handle.scale_loss installed a skip_step that printed "Gradient overflow.  Skipping step,
+    loss scaler {id} reducing loss scale to {scale}" (maybe_print: every rank, verbosity > 0) when the
+    skipped step() ran. Here it is a WARNING (shown by logging's defaults) on every rank."""
+    monkeypatch.setenv("RANK", "1")  # not rank 0
+    monkeypatch.setenv("HOROVOD_RANK", "1")
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m, opt = amp.initialize(m, opt, opt_level="O2", verbosity=1)
+    x, y = data()
+    caplog.set_level(logging.WARNING, logger="src.compat.amp")
+    inject_inf(m, opt, x, y)
+    inject_inf(m, opt, x, y)
+    assert not caplog.records  # printed by the skipped step, with the scale it finds then
+    opt.step()
+    msgs = [r.getMessage() for r in caplog.records]
+    assert msgs == ["Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 16384.0"]
+    assert caplog.records[0].levelno == logging.WARNING
+    caplog.clear()
+    amp._amp_state.verbosity = 0  # apex: verbosity=0 silences it
+    inject_inf(m, opt, x, y)
+    opt.step()
+    assert not caplog.records

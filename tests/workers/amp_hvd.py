@@ -8,6 +8,11 @@ Scenarios (one launch, every rank runs all of them and writes amp_<rank>.json):
   backward_passes_per_step=K and one synchronize() per optimizer step, once with bpps=1 and
   synchronize() in every micro-step. Gradient allreduce launches are counted.
 * ``guard``: amp's O2 zero_grad keeps the "zero_grad before synchronize" guard.
+* ``bcast_state_dict`` / ``bcast_named``: the broadcast comes *after* ``amp.initialize`` (into
+  ``model.state_dict()``, or into ``model.named_parameters()``), then ClipBERT's "quick hack"
+  ``zero_grad(); step()`` and three training steps. apex created its masters lazily at that first
+  ``zero_grad()``, copying the model as it was then, so the broadcast weights must survive the hack
+  and the ranks must stay bit-equal.
 """
 import argparse
 import json
@@ -46,18 +51,48 @@ def install_allreduce_counter():
         dist.all_reduce = wrapped
 
 
-def build(bpps, lr=0.05):
+def build(bpps, lr=0.05, broadcast_first=True):
     torch.manual_seed(1234 + hvd.rank())  # different per rank: broadcast must make them equal
     model = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                    backward_passes_per_step=bpps)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    if broadcast_first:  # the legacy recipe's order
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
     # start at 2**10 (not 2**16) so that only the injected inf overflows
     model, opt = amp.initialize(model, opt, opt_level="O2", keep_batchnorm_fp32=True, verbosity=0,
                                 max_loss_scale=2. ** 10)
     return model, opt
+
+
+def flat_model(model, buffers=True):
+    tensors = list(model.parameters()) + (list(model.buffers()) if buffers else [])
+    return torch.cat([t.detach().float().reshape(-1) for t in tensors]).tolist()
+
+
+def scenario_broadcast_after_initialize(what):
+    model, opt = build(bpps=1, broadcast_first=False)
+    initial = flat_model(model)  # this rank's own (fp16-rounded) weights
+    hvd.broadcast_parameters(model.state_dict() if what == "state_dict" else model.named_parameters(),
+                             root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    with opt.skip_synchronize():  # ClipBERT's "quick hack for amp delay_unscale bug"
+        opt.zero_grad()
+        opt.step()
+    after_hack = flat_model(model)
+    for step in range(3):
+        x, y = batches(step, 0)
+        with amp.scale_loss(loss_of(model, x, y), opt) as s:
+            s.backward()
+            opt.synchronize()
+        with opt.skip_synchronize():
+            opt.step()
+        opt.zero_grad()
+    masters = torch.cat([p.detach().reshape(-1) for p in amp.master_params(opt)]).tolist()
+    # parameters only: BatchNorm running stats follow each rank's own data, as in any Horovod run
+    return {"initial": initial, "after_hack": after_hack, "final": flat_model(model, buffers=False),
+            "masters": masters}
 
 
 def batches(step, micro):
@@ -147,6 +182,8 @@ def main():
     res["accum_k"] = scenario_accum(bpps=K)
     res["accum_1"] = scenario_accum(bpps=1)
     res["guard"] = scenario_guard()
+    res["bcast_state_dict"] = scenario_broadcast_after_initialize("state_dict")
+    res["bcast_named"] = scenario_broadcast_after_initialize("named_parameters")
     with open(os.path.join(a.out, f"amp_{hvd.rank()}.json"), "w") as f:
         json.dump(res, f)
     print(json.dumps({"rank": res["rank"], "done": True}))

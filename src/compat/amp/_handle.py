@@ -8,10 +8,11 @@ from typing import Union
 
 import torch
 
-from src.compat.amp._optimizer import _OptimizerStash
+from src.compat.amp._o1 import clear_cache
+from src.compat.amp._optimizer import _OptimizerStash, arm_skip, reconcile_masters
 from src.compat.amp._overflow import _any_overflow
 from src.compat.amp._scaler import LossScaler
-from src.compat.amp._state import _amp_state, _maybe_log
+from src.compat.amp._state import LossIdError, OptimizerNotInitializedError, _amp_state
 
 Optimizers = Union[torch.optim.Optimizer, Iterable[torch.optim.Optimizer]]
 
@@ -19,18 +20,10 @@ Optimizers = Union[torch.optim.Optimizer, Iterable[torch.optim.Optimizer]]
 def _require_stash(opt: torch.optim.Optimizer) -> _OptimizerStash:
     st = getattr(opt, "_amp_stash", None)
     if st is None:
-        raise RuntimeError(f"amp.scale_loss: optimizer {type(opt).__name__} was not passed through "
-                           "amp.initialize; pass every optimizer to amp.initialize first.")
+        raise OptimizerNotInitializedError(
+            f"amp.scale_loss: optimizer {type(opt).__name__} was not passed through amp.initialize; pass "
+            "every optimizer to amp.initialize first.")
     return st
-
-
-def _resync_masters_once(st):
-    """Pick up writes to model params made between initialize and the first scale_loss."""
-    st.first_scale_loss_done = True
-    with torch.no_grad():
-        for p, m in zip(st.model_params, st.masters):
-            if not torch.equal(p, m.to(p.dtype)):
-                m.copy_(p)
 
 
 def _prepare(st):
@@ -96,13 +89,16 @@ def _post(st, scale, found_inf, check):
 
 
 def _scaler_for(loss_id: int) -> LossScaler:
-    if not 0 <= loss_id < len(_amp_state.loss_scalers):
-        raise ValueError(f"amp.scale_loss: loss_id={loss_id} but amp.initialize(num_losses="
-                         f"{len(_amp_state.loss_scalers)}); pass num_losses > loss_id to initialize")
-    return _amp_state.loss_scalers[loss_id]
+    """apex indexed its list of scalers (a negative id counts from the end, as a list index does)."""
+    try:
+        return _amp_state.loss_scalers[loss_id]
+    except IndexError:
+        n = len(_amp_state.loss_scalers)
+        raise LossIdError(f"amp.scale_loss: loss_id={loss_id} but amp.initialize(num_losses={n}); pass "
+                          "num_losses > loss_id to initialize") from None
 
 
-def _finish(stashes, scaler, scale, loss_id, delay_overflow_check):
+def _finish(opts, stashes, scaler, scale, loss_id, delay_overflow_check):
     """After a non-delayed backward: unscale, agree on overflow, update the scale, arm the skip."""
     scaler.clear_overflow_state()
     found_inf = {}
@@ -112,12 +108,9 @@ def _finish(stashes, scaler, scale, loss_id, delay_overflow_check):
     if scaler.dynamic:
         scaler._has_overflow = _any_overflow(found_inf)
     should_skip = False if delay_overflow_check else scaler.update_scale()
-    if should_skip:
-        _maybe_log("Gradient overflow.  Skipping step, loss scaler %d reducing loss scale to %s",
-                   loss_id, scaler.loss_scale())
-        for st in stashes:
-            if not st.skip_next_step:
-                st.skip_next_step = True
+    if should_skip:  # the next step() of each optimizer is skipped (and logs apex's message)
+        for o in opts:
+            if arm_skip(o, loss_id, scaler):
                 _amp_state.skipped_steps += 1
 
 
@@ -131,8 +124,7 @@ def _native_scale_loss(loss, optimizers, loss_id, delay_unscale, delay_overflow_
         yield loss.float()
         return
     for st in stashes:
-        if st.master_weights and not st.first_scale_loss_done:
-            _resync_masters_once(st)
+        reconcile_masters(st)  # apex's lazy init (no-op once done, and without masters)
     if not delay_unscale:
         for st in stashes:
             if not st.params_have_scaled_gradients:
@@ -143,7 +135,7 @@ def _native_scale_loss(loss, optimizers, loss_id, delay_unscale, delay_overflow_
         for st in stashes:
             st.params_have_scaled_gradients = True
         return
-    _finish(stashes, scaler, scale, loss_id, delay_overflow_check)
+    _finish(opts, stashes, scaler, scale, loss_id, delay_overflow_check)
 
 
 @contextlib.contextmanager
@@ -169,4 +161,7 @@ def scale_loss(loss: torch.Tensor, optimizers: Optimizers, loss_id: int = 0,
     if not _amp_state.opt_properties.enabled:
         yield loss
         return
-    yield from _native_scale_loss(loss, optimizers, loss_id, delay_unscale, delay_overflow_check)
+    try:
+        yield from _native_scale_loss(loss, optimizers, loss_id, delay_unscale, delay_overflow_check)
+    finally:
+        clear_cache()  # O1: weight casts are redone after every exit, as apex

@@ -1,5 +1,6 @@
 """``amp.initialize``: choose the backend, resolve the options, then cast the models, patch their
-forward and give the optimizers their masters, and create one loss scaler per loss."""
+forward and give the optimizers their masters, create one loss scaler per loss and, at O1, install
+the cast lists (removed again by the next ``initialize``)."""
 from __future__ import annotations
 
 from typing import Any, Union
@@ -8,7 +9,8 @@ import torch
 
 from src.compat.amp._backend import _select_backend
 from src.compat.amp._model import _check_models, _process_model, _register_fp32_state_dict_hooks
-from src.compat.amp._optimizer import _process_optimizer
+from src.compat.amp._o1 import activate, deactivate
+from src.compat.amp._optimizer import _process_optimizer, reconcile_masters
 from src.compat.amp._options import Properties, opt_levels
 from src.compat.amp._scaler import LossScaler
 from src.compat.amp._state import _amp_state, _maybe_log
@@ -79,9 +81,14 @@ def _process_optimizers(opt_list, model_list, props):
     for o in opt_list:
         _process_optimizer(o, props)
         param_to_master.update(o._amp_stash.param_to_master)
+    stashes = [o._amp_stash for o in opt_list]
+
+    def before_state_dict():  # entries alias the masters: bring in writes to the model first
+        for st in stashes:
+            reconcile_masters(st, final=False)
     if cast_type and cast_type is not torch.float32:
         for model in model_list:
-            _register_fp32_state_dict_hooks(model, cast_type, param_to_master)
+            _register_fp32_state_dict_hooks(model, cast_type, param_to_master, before_state_dict)
 
 
 def initialize(models: Models, optimizers: Optimizers = None, enabled: bool = True, opt_level: str = "O1",
@@ -95,6 +102,7 @@ def initialize(models: Models, optimizers: Optimizers = None, enabled: bool = Tr
     ``model`` alone when ``optimizers`` is None, else ``(model(s), optimizer(s))``; a list in gives
     a list out. ``loss_scale`` is a number (static) or ``"dynamic"``; see the package docstring.
     """
+    deactivate()  # O1's patches are in force only while amp is initialized at O1
     _amp_state.opt_properties = Properties()
     _amp_state.verbosity = verbosity
     _amp_state.backend = None
@@ -117,6 +125,8 @@ def initialize(models: Models, optimizers: Optimizers = None, enabled: bool = Tr
     _process_optimizers(opt_list, model_list, props)
     _amp_state.loss_scalers = [LossScaler(props.loss_scale, min_loss_scale=min_loss_scale,
                                           max_loss_scale=max_loss_scale) for _ in range(num_losses)]
+    if props.patch_torch_functions:
+        activate()
     out_models = model_list if models_was_list else model_list[0]
     if optimizers is None:
         return out_models

@@ -1,5 +1,5 @@
-"""Model processing: casting (affine BatchNorm kept fp32), the patched forward (input/output casts,
-O1 autocast), fp32 ``state_dict`` hooks, and the checks on models passed to ``initialize``."""
+"""Model processing: casting (affine BatchNorm kept fp32), the patched forward (input/output casts),
+fp32 ``state_dict`` hooks, and the checks on models passed to ``initialize``."""
 from __future__ import annotations
 
 import copy
@@ -17,15 +17,16 @@ def _is_bn_kept(module: torch.nn.Module) -> bool:
 
 
 def _convert_module(module: torch.nn.Module, dtype: torch.dtype) -> None:
-    """Cast this module's own floating params (+ grads) and buffers in place, keeping Parameter objects."""
+    """Cast this module's own floating params (+ grads) and buffers in place, keeping the tensor objects
+    (as apex's ``convert_module``: a buffer shared by several modules stays one shared tensor)."""
     for p in module._parameters.values():
         if p is not None and p.is_floating_point():
             p.data = p.data.to(dtype)
             if p.grad is not None:
                 p.grad.data = p.grad.data.to(dtype)
-    for name, b in module._buffers.items():
+    for b in module._buffers.values():
         if b is not None and b.is_floating_point():
-            module._buffers[name] = b.to(dtype)
+            b.data = b.data.to(dtype)
 
 
 def _convert_network(model: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -75,7 +76,7 @@ def _model_device_type(model: torch.nn.Module) -> str:
     return "cpu"
 
 
-def _patch_forward(model, in_dtype, out_dtype, autocast_dtype=None):
+def _patch_forward(model, in_dtype, out_dtype):
     orig = model.forward
     is_cuda = _model_device_type(model) == "cuda"
 
@@ -83,19 +84,21 @@ def _patch_forward(model, in_dtype, out_dtype, autocast_dtype=None):
         if in_dtype is not None:
             args = _cast(args, in_dtype, is_cuda)
             kwargs = _cast(kwargs, in_dtype, is_cuda)
-        if autocast_dtype is not None:
-            with torch.autocast(_model_device_type(model), dtype=autocast_dtype):
-                out = orig(*args, **kwargs)
-        else:
-            out = orig(*args, **kwargs)
+        out = orig(*args, **kwargs)
         return _cast(out, out_dtype) if out_dtype is not None else out
 
     new_fwd.__wrapped__ = orig
     model.forward = new_fwd
 
 
-def _register_fp32_state_dict_hooks(model, cast_dtype, param_to_master):
-    """model.state_dict() returns fp32 copies (of the masters, where there are masters)."""
+def _register_fp32_state_dict_hooks(model, cast_dtype, param_to_master, before_state_dict):
+    """``model.state_dict()`` is fp32: a param with a master appears as that master (detached, sharing
+    its memory, so in-place writes into the state dict reach the weights as they do for plain torch
+    modules), any other low-precision tensor as an fp32 copy (apex copied every entry).
+    ``before_state_dict()`` runs first (the lazy master sync, see ``_optimizer``)."""
+    def pre_hook(module, prefix, keep_vars):
+        before_state_dict()
+
     def hook(module, sd, prefix, local_metadata):
         for name, p in list(module._parameters.items()) + list(module._buffers.items()):
             key = prefix + name
@@ -104,7 +107,7 @@ def _register_fp32_state_dict_hooks(model, cast_dtype, param_to_master):
             v = sd[key]
             if torch.is_tensor(v) and v.dtype == cast_dtype:
                 master = param_to_master.get(p)
-                sd[key] = master.detach().clone() if master is not None else v.float()
+                sd[key] = master.detach() if master is not None else v.float()
 
     def load_hook(module, sd, prefix, *args):
         with torch.no_grad():
@@ -115,6 +118,7 @@ def _register_fp32_state_dict_hooks(model, cast_dtype, param_to_master):
                         and sd[key].shape == master.shape:
                     master.copy_(sd[key])
 
+    model.register_state_dict_pre_hook(pre_hook)
     for m in model.modules():
         if hasattr(m, "register_state_dict_post_hook"):
             m.register_state_dict_post_hook(hook)
@@ -148,7 +152,8 @@ def _check_models(models: list[torch.nn.Module]) -> None:
 
 
 def _process_model(model, props, cast_model_outputs):
-    """Cast one model as ``props`` says (O2/O3: weights; O1: autocast) and patch its forward."""
+    """Cast one model as ``props`` says (O0/O2/O3: weights and forward inputs; O1: nothing, its casts are
+    process-wide, see ``_o1``) and patch its forward."""
     cast_type = props.cast_model_type
     if cast_type:
         if props.keep_batchnorm_fp32:
@@ -157,8 +162,8 @@ def _process_model(model, props, cast_model_outputs):
             model.to(cast_type)
         _warn_cpu_fp16(model, cast_type)
         _patch_forward(model, cast_type, cast_model_outputs or torch.float32)
-    elif props.patch_torch_functions:  # O1: per-op mixed precision
+        return
+    if props.patch_torch_functions:
         _warn_cpu_fp16(model, torch.float16)
-        _patch_forward(model, None, cast_model_outputs, autocast_dtype=torch.float16)
-    elif cast_model_outputs is not None:
+    if cast_model_outputs is not None:  # only the outputs, as apex
         _patch_forward(model, None, cast_model_outputs)
