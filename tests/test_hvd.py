@@ -102,3 +102,19 @@ def test_all_gather_list_small_and_10mb(tmp_path, launcher):
         res = json.load(open(tmp_path / f"gather{r}.json"))
         assert res["small"] == ["x", "y"]
         assert res["big"] == [[10 * 2 ** 20, 0, 0], [10 * 2 ** 20, 1, 1]]
+        assert res["mixed"] == [[None, "rank1"], "from root"]
+        assert res["fresh"] == [True, True, [0, 1]]  # own entry a copy too (ClipBERT unpickled it)
+
+
+def test_all_gather_list_returns_fresh_copies_in_one_process():
+    """ClipBERT's distributed.all_gather_list pickled every rank's object into a buffer and returned
+    ``pickle.loads`` of each entry, the caller's own included: the result never aliases the input."""
+    from src.utils.distributed import all_gather_list, any_broadcast
+    data = {"k": [1, 2]}
+    out = all_gather_list(data)
+    assert out == [data] and out[0] is not data
+    out[0]["k"].append(3)
+    assert data == {"k": [1, 2]}
+    b = any_broadcast(data)
+    b["k"].clear()
+    assert data == {"k": [1, 2]}

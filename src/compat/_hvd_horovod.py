@@ -47,12 +47,15 @@ def broadcast_(tensor, root_rank, name=None):
     return _h.broadcast_(tensor, root_rank, name=name)
 
 
+# Horovod names an object collective after ``type(obj).__name__`` unless told otherwise, and matches
+# ops across ranks by name: ranks passing objects of different types (rank 0 a str, the others None)
+# would wait for each other forever. One fixed name per kind of call (they run one at a time).
 def allgather_object(obj, name=None):
-    return _h.allgather_object(obj, name=name)
+    return _h.allgather_object(obj, name=name or "clipbert.allgather_object")
 
 
 def broadcast_object(obj, root_rank=0, name=None):
-    return _h.broadcast_object(obj, root_rank, name=name)
+    return _h.broadcast_object(obj, root_rank, name=name or "clipbert.broadcast_object")
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,

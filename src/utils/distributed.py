@@ -2,8 +2,12 @@
 
 ClipBERT's ``all_gather_list`` pickled into a fixed 4 KB CUDA buffer and asserted on anything
 larger; these go through ``hvd.allgather_object``/``broadcast_object``, so size is unbounded and
-they work on CPU and in a single process without a launcher.
+they work on CPU and in a single process without a launcher. As in ClipBERT, every rank gets fresh
+objects (unpickled copies), its own entry included, also in a single process: editing a result
+never edits the caller's input.
 """
+import pickle
+
 import src.compat.hvd as hvd
 
 
@@ -12,13 +16,18 @@ def _ensure_init():
         hvd.init()
 
 
+def _copy(obj):
+    return pickle.loads(pickle.dumps(obj))
+
+
 def all_gather_list(data):
-    """Gather one picklable object from every rank; returns a list in rank order."""
+    """Gather one picklable object from every rank; returns a list of copies in rank order."""
     _ensure_init()
-    return hvd.allgather_object(data)
+    return [_copy(x) if x is data else x for x in hvd.allgather_object(data)]
 
 
 def any_broadcast(data, root_rank=0):
-    """Return the root rank's picklable object on every rank."""
+    """Return (a copy of) the root rank's picklable object on every rank."""
     _ensure_init()
-    return hvd.broadcast_object(data, root_rank)
+    out = hvd.broadcast_object(data, root_rank)
+    return _copy(out) if out is data else out

@@ -10,7 +10,7 @@ import os
 import torch
 
 import src.compat.hvd as hvd
-from src.utils.distributed import all_gather_list
+from src.utils.distributed import all_gather_list, any_broadcast
 
 
 def main():
@@ -34,8 +34,17 @@ def main():
     if a.mode == "gather":
         small = all_gather_list(b"x" if r == 0 else b"y")
         big = all_gather_list(bytes([r]) * (10 * 2 ** 20))
+        # objects of different types per rank (Horovod would name the ops differently and hang)
+        mixed = all_gather_list(None if r == 0 else f"rank{r}")
+        root = any_broadcast("from root" if r == 0 else None)
+        mine = {"rank": r, "items": [r]}
+        gathered = all_gather_list(mine)
+        gathered[r]["items"].append("edited")  # must not reach the caller's object
         json.dump({"small": [s.decode() for s in small],
-                   "big": [[len(x), x[0], x[-1]] for x in big]},
+                   "big": [[len(x), x[0], x[-1]] for x in big],
+                   "mixed": [mixed, root],
+                   "fresh": [mine == {"rank": r, "items": [r]}, gathered[r] is not mine,
+                             [g["rank"] for g in gathered]]},
                   open(os.path.join(a.out, f"gather{r}.json"), "w"))
         return
 
