@@ -209,3 +209,46 @@ def test_legacy_signatures():
         ("key_grouped_examples", inspect.Parameter.empty), ("max_n_example_per_group", 2), ("is_train", True),
         ("example_unique_key", None)]
     assert all(hasattr(data_utils, n) for n in ("ImageResize", "ImagePad", "ImageNorm"))
+
+
+def _m4v_without_duration(n):
+    """An elementary MPEG-4 stream: no duration in its header, so only the decode-all path can read it."""
+    import av
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="m4v") as c:
+        s = c.add_stream("mpeg4", rate=30)
+        s.width = s.height = 64
+        s.pix_fmt = "yuv420p"
+        for img in indexed_frames(n):
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return buf.getvalue()
+
+
+def test_video_max_pts_returned_on_every_selective_decode(vid300):
+    """ClipBERT's decoder.pyav_decode set ``video_max_pts = duration`` on every selective decode (the
+    stream's duration; with safeguard_duration the given video_max_pts, or the largest pts when that is
+    below 80% of the duration) and decoder.decode / dataset_base.extract_frames_from_video_binary
+    returned it; the decode-all path (no duration) returned None."""
+    container = open_container(io.BytesIO(vid300))
+    duration = container.streams.video[0].duration
+    container.close()
+    assert duration
+    for kw in ({"sampling_strategy": "middle"}, {"sampling_strategy": "uniform"},
+               {"sampling_strategy": "rand"}, {"num_clips": 4, "clip_idx": 1},
+               {"num_clips": 4, "clip_idx": 1, "safeguard_duration": True},
+               {"num_clips": 4, "clip_idx": 1, "video_max_pts": 7}):  # unused without the safeguard
+        frames, max_pts = extract_frames_from_video_binary(io.BytesIO(vid300), target_fps=2, num_frames=2,
+                                                           **kw)
+        assert frames is not None and max_pts == duration, kw
+    # with the safeguard a value passed in is the duration used, and returned
+    frames, max_pts = extract_frames_from_video_binary(io.BytesIO(vid300), target_fps=2, num_frames=2,
+                                                       num_clips=4, clip_idx=1, safeguard_duration=True,
+                                                       video_max_pts=duration // 2)
+    assert frames is not None and max_pts == duration // 2
+    frames, max_pts = extract_frames_from_video_binary(io.BytesIO(_m4v_without_duration(30)),
+                                                       sampling_strategy="uniform", num_frames=2,
+                                                       video_max_pts=123)
+    assert picked(frames) == [0, 29] and max_pts is None

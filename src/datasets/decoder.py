@@ -153,7 +153,11 @@ def stream_max_pts(container):
 def plan_window(info, num_frames, target_fps, clip_idx, num_clips, safeguard_duration, video_max_pts,
                 max_pts_fn, sampling_rate=1):
     """Selective path of ClipBERT's pyav_decode: the clip's (start_pts, end_pts, video_max_pts).
-    `max_pts_fn()` gives the stream's largest pts (only called for the safeguard)."""
+    `max_pts_fn()` gives the stream's largest pts (only called for the safeguard).
+
+    The returned video_max_pts is the duration the window was computed with, on every selective
+    decode as in ClipBERT: the stream's duration, or with the safeguard the given video_max_pts or the
+    largest pts when that is below 80% of the duration. Passed back in, it spares the pts scan."""
     duration, frames_length = info.duration, info.frames_length
     if safeguard_duration:
         if video_max_pts:
@@ -162,7 +166,7 @@ def plan_window(info, num_frames, target_fps, clip_idx, num_clips, safeguard_dur
             max_pts = max_pts_fn()
             if max_pts < 0.8 * duration:
                 duration = max_pts
-                video_max_pts = max_pts
+    video_max_pts = duration
     clip_size = sampling_rate * num_frames / target_fps * info.fps
     if clip_idx == -2:
         clip_size = frames_length
@@ -197,14 +201,16 @@ def decode_clip(container, num_frames, target_fps, clip_idx, num_clips=None,
     info = info or stream_info(container)
     decode_all = not _is_selective(info)
     if decode_all:  # no duration or no frame count: decode everything (ClipBERT's decode-all path)
-        start_pts, end_pts = 0, math.inf
+        start_pts, end_pts, video_max_pts = 0, math.inf, None
     else:
         start_pts, end_pts, video_max_pts = plan_window(
             info, num_frames, target_fps, clip_idx, num_clips, safeguard_duration, video_max_pts,
             lambda: stream_max_pts(container), sampling_rate)
     frames, _ = decode_window(container, start_pts, end_pts)
     if not frames:
-        raise VideoDecodeError("no_frames", f"no frames decoded in pts window [{start_pts}, {end_pts}]")
+        err = VideoDecodeError("no_frames", f"no frames decoded in pts window [{start_pts}, {end_pts}]")
+        err.video_max_pts = video_max_pts  # ClipBERT returned (None, video_max_pts) here
+        raise err
     if decode_all and len(frames) < min_video_frames:  # length unknown from metadata: count decoded
         raise VideoDecodeError("too_short", f"video has {len(frames)} frame(s), fewer than "
                                             f"min_video_frames={min_video_frames}")

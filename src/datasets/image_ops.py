@@ -46,14 +46,18 @@ class ImageResize:
 
 
 class ImagePad:
-    """Zero-pad right and bottom up to (max_h, max_w) (ClipBERT's ImagePad for tensors)."""
+    """Pad right and bottom with `fill` up to (max_h, max_w) (ClipBERT's ImagePad for tensors).
+
+    As in ClipBERT the paddings are ``(0, max_w - w, 0, max_h - h)`` handed to ``F.pad``: a target
+    smaller than the image gives a negative padding, which crops the right/bottom to (max_h, max_w).
+    """
 
     def __init__(self, max_w, max_h, fill=0, padding_mode="constant"):
         self.max_w, self.max_h, self.fill, self.padding_mode = max_w, max_h, fill, padding_mode
 
     def __call__(self, img):
         h, w = img.shape[-2:]
-        pad_w, pad_h = max(self.max_w - w, 0), max(self.max_h - h, 0)
+        pad_w, pad_h = self.max_w - w, self.max_h - h
         if pad_w == 0 and pad_h == 0:
             return img
         return F.pad(img, (0, pad_w, 0, pad_h), mode=self.padding_mode, value=self.fill)
