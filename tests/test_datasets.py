@@ -112,6 +112,18 @@ def test_image_ops_clipbert_semantics():
         ImageNorm(None, STD)
 
 
+def test_image_pad_smaller_target_crops():
+    """ClipBERT's data_utils.ImagePad handed ``(0, max_w - w, 0, max_h - h)`` to torch's F.pad, so a
+    target smaller than the image (negative padding) cropped the right/bottom, and mixed signs pad one
+    side while cropping the other."""
+    x = torch.arange(2 * 3 * 6 * 8, dtype=torch.float32).reshape(2, 3, 6, 8)
+    assert torch.equal(ImagePad(5, 4)(x), x[..., :4, :5])
+    mixed = ImagePad(10, 4, fill=-1)(x)
+    assert mixed.shape == (2, 3, 4, 10) and torch.equal(mixed[..., :8], x[..., :4, :])
+    assert (mixed[..., 8:] == -1).all()
+    assert ImagePad(8, 6)(x) is x  # nothing to do
+
+
 def test_retrieval_train_batch(demo, tokenizer):
     ds, col = build_retrieval_datasets(_cfg(demo), "train")
     assert len(ds) == 24  # 1 caption per video, group of 2 padded by repetition

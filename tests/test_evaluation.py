@@ -1,11 +1,13 @@
 """Retrieval / QA / MC metrics on hand-computed examples (ties, several captions per video)."""
+import json
 import random
 
+import numpy as np
 import pytest
 import torch
 
 from src.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions, mc_predict
-from src.evaluation.qa import eval_qa, gather_qa_results
+from src.evaluation.qa import QA_ANSWER_TYPES, eval_qa, gather_qa_results, qa_scores
 from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results
 
 
@@ -72,6 +74,20 @@ def test_gather_single_process():
     assert gather_mc_predictions({"q": 1}) == {"q": 1}
 
 
+def test_all_gather_list_returns_fresh_copies_in_one_process():
+    """ClipBERT's utils.distributed.all_gather_list pickled the data and unpickled every rank's entry,
+    so even the caller's own entry is a copy (editing the result never edits the input);
+    any_broadcast did the same on the root."""
+    from src.utils.distributed import all_gather_list, any_broadcast
+    data = {"preds": [1, 2], "n": 3}
+    (mine,) = all_gather_list(data)
+    assert mine == data and mine is not data and mine["preds"] is not data["preds"]
+    mine["preds"].append(9)
+    assert data == {"preds": [1, 2], "n": 3}
+    got = any_broadcast(data, 0)
+    assert got == data and got is not data
+
+
 def test_qa_overall_and_per_type():
     label2ans = {0: "dog", 1: "cat", 2: "red"}
     gts = {1: {"answer": "dog", "answer_type": "what"}, 2: {"answer": "cat", "answer_type": "what"},
@@ -82,9 +98,66 @@ def test_qa_overall_and_per_type():
     m = eval_qa(preds, gts, label2ans=label2ans)
     assert m["overall_acc"] == pytest.approx(75.0)
     assert m["what_acc"] == pytest.approx(200 / 3) and m["color_acc"] == 100.0
-    assert m["ratios"] == {"color_ratio": [0.25, 1], "what_ratio": [0.75, 3]}
+    assert m["ratios"] == {"color_ratio": [25.0, 1], "what_ratio": [75.0, 3]}
     with pytest.raises(ValueError, match="question_id 9 has no ground truth"):
         eval_qa([{"question_id": 9, "answer": 0}], gts, label2ans)
+
+
+def _clipbert_scores_oracle(pred_answers, gt_answers, gt_types, type_order):
+    """ClipBERT's numbers for one process, step by step: evaluate_tgif_qa (np.mean over numpy arrays,
+    0 for an empty type, ratios [fraction, count]) then run_video_qa.validate's gathering (acc * n
+    summed over ranks, / n_ex, get_rounded_percentage = round(x * 100, 2); ratios first)."""
+    preds, gts, types = np.array(pred_answers), np.array(gt_answers), np.array(gt_types)
+    metrics = {"overall_acc": float(np.mean(preds == gts))}
+    counts = {}
+    for t in type_order:
+        corr = preds[types == t] == gts[types == t]
+        metrics[f"{t}_acc"] = float(np.mean(corr)) if len(corr) != 0 else 0
+        counts[f"{t}_ratio"] = len(corr)
+    n_ex = len(preds)
+    out = {}
+    if type_order:
+        out["ratios"] = {k: [round(1. * c / n_ex * 100, 2), c] for k, c in counts.items()}
+    for k, v in metrics.items():
+        if "overall" in k:
+            out[k] = round((0 + v * n_ex) * 1. / n_ex * 100, 2)
+        else:
+            num = counts[k.replace("acc", "ratio")]
+            g = 0 + v * num
+            out[k] = round((g * 1. / num if num != 0 else 0) * 100, 2)
+    return out
+
+
+def test_qa_scores_json_byte_identical_to_clipbert():
+    """ClipBERT's dataset_video_qa.VideoQADataset.evaluate_tgif_qa + run_video_qa.validate: scores.json
+    (json.dumps(indent=4)) is ``{"ratios": {type_ratio: [round(100 * count / n, 2), count]},
+    "overall_acc": round(100 * acc, 2), type_acc...}`` with every answer type of the task in ClipBERT's
+    order, an empty one as 0 / [0.0, 0]; the float steps matter (23/160 is 14.37 there, not 14.38)."""
+    types = QA_ANSWER_TYPES["frameqa"]
+    rng = np.random.default_rng(0)
+    gt_types = ["object"] * 160 + ["color"] * 61 + ["number"] * 3
+    gt_answers = [f"a{i % 7}" for i in range(len(gt_types))]
+    ok = np.zeros(len(gt_types), bool)
+    ok[rng.choice(160, 23, replace=False)] = True  # 23 of 160 object questions right
+    ok[160 + rng.choice(61, 40, replace=False)] = True
+    pred_answers = [a if good else "wrong" for a, good in zip(gt_answers, ok)]
+    preds = [{"question_id": i, "answer": a} for i, a in enumerate(pred_answers)]
+    gts = {i: {"answer": a, "answer_type": t} for i, (a, t) in enumerate(zip(gt_answers, gt_types))}
+    got = qa_scores(preds, gts, answer_types=types)
+    want = _clipbert_scores_oracle(pred_answers, gt_answers, gt_types, types)
+    assert json.dumps(got, indent=4) == json.dumps(want, indent=4)
+    assert list(got) == ["ratios", "overall_acc", "object_acc", "number_acc", "color_acc", "location_acc"]
+    assert got["object_acc"] == 14.37 and got["location_acc"] == 0
+    assert got["ratios"]["location_ratio"] == [0.0, 0]
+    assert got["ratios"]["object_ratio"] == [71.43, 160]
+    # action/transition: overall accuracy only; label indices through label2ans for open-ended tasks
+    mc = qa_scores([{"question_id": 0, "answer": 3}, {"question_id": 1, "answer": 1}],
+                   {0: {"answer": 3}, 1: {"answer": 4}})
+    assert json.dumps(mc, indent=4) == json.dumps({"overall_acc": 50.0}, indent=4)
+    oe = qa_scores([{"question_id": 0, "answer": 1}], {0: {"answer": "cat", "answer_type": "who"}},
+                   label2ans={1: "cat"}, answer_types=QA_ANSWER_TYPES["msrvtt_qa"])
+    assert list(oe["ratios"]) == ["what_ratio", "who_ratio", "how_ratio", "where_ratio", "when_ratio"]
+    assert oe["who_acc"] == 100.0 and oe["what_acc"] == 0
 
 
 def test_qa_multiple_choice_indices():

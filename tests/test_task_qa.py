@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from src.config import parse_args
+from src.evaluation.qa import QA_ANSWER_TYPES, qa_scores
 from src.tasks.common import main
-from src.tasks.run_video_qa import VideoQATask, round_scores
+from src.tasks.run_video_qa import VideoQATask
 from src.training.engine import Trainer
 from tests.conftest import requires_horovod
 from tests.mp_utils import check, run_horovod
@@ -93,14 +94,20 @@ def test_frameqa_inference_reproduces_validation(frameqa_run):
                   img=r["data"] / "vis_db") == 0
     rdir = r["out"] / "results_frameqa_val" / "step_6_1_mean"
     scores = _load(rdir / "scores.json")
-    assert {k: v for k, v in scores.items() if k != "ratios"} == round_scores(
-        {k: v for k, v in val.items() if k != "loss"})
     for k in ("overall_acc", "color_acc", "object_acc"):
         assert scores[k] == pytest.approx(val[k], abs=0.006)  # the validation at step 6, 2 decimals
-    assert scores["ratios"] == {"color_ratio": [0.5, N_VAL], "object_ratio": [0.5, N_VAL]}
+    # ClipBERT's scores.json (run_video_qa.validate + save_json(save_pretty=True)): ratios first as
+    # [percent, count], then every frameqa answer type in its order, empty ones as 0
+    assert list(scores) == ["ratios", "overall_acc", "object_acc", "number_acc", "color_acc", "location_acc"]
+    assert scores["ratios"] == {"object_ratio": [50.0, N_VAL], "number_ratio": [0.0, 0],
+                                "color_ratio": [50.0, N_VAL], "location_ratio": [0.0, 0]}
+    assert scores["number_acc"] == scores["location_acc"] == 0
+    assert (rdir / "scores.json").read_text() == json.dumps(scores, indent=4)
     results = _load(rdir / "results_all.json")
-    assert [x["question_id"] for x in results] == list(range(2 * N_VAL))
     label2ans = {v: k for k, v in _load(r["data"] / "txt/ans2label.json").items()}
+    gts = {x["question_id"]: x["data"] for x in results}
+    assert scores == qa_scores(results, gts, label2ans, QA_ANSWER_TYPES["frameqa"])
+    assert [x["question_id"] for x in results] == list(range(2 * N_VAL))
     correct = sum(label2ans[x["answer"]] == x["data"]["answer"] for x in results)
     assert 100.0 * correct / len(results) == pytest.approx(val["overall_acc"])
     rank0 = sorted(_load(rdir / "results_rank0.json"), key=lambda x: x["question_id"])

@@ -88,12 +88,21 @@ class ToyTask(Task):
 
 def toy_cfg(output_dir, **overrides):
     """A validated config (through src.config) for the toy task."""
-    base = {"output_dir": str(output_dir), "train_batch_size": 4, "num_train_epochs": 2,
-            "learning_rate": 1e-2, "cnn_learning_rate": 2e-2, "cnn_lr_mul": 2.0, "num_valid": 2,
-            "min_valid_steps": 1, "save_steps_ratio": 0.25, "n_workers": 0, "seed": 7, "warmup_ratio": 0.1,
-            "dist_backend": os.environ.get("TOY_DIST_BACKEND", "auto"), "log_interval": 5}
+    return parse_args("shared", toy_argv(output_dir, **overrides))
+
+
+TOY_DEFAULTS = {"train_batch_size": 4, "num_train_epochs": 2, "learning_rate": 1e-2,
+                "cnn_learning_rate": 2e-2, "cnn_lr_mul": 2.0, "num_valid": 2, "min_valid_steps": 1,
+                "save_steps_ratio": 0.25,
+                "n_workers": 0, "seed": 7, "warmup_ratio": 0.1, "log_interval": 5}
+
+
+def toy_argv(output_dir, **overrides):
+    """The command line of :func:`toy_cfg` (for ``src.tasks.common.main("shared", ...)``)."""
+    base = {"output_dir": str(output_dir), **TOY_DEFAULTS,
+            "dist_backend": os.environ.get("TOY_DIST_BACKEND", "auto")}
     base.update(overrides)
     argv = []
     for k, v in base.items():
         argv += [f"--{k}"] + ([str(x) for x in v] if isinstance(v, list) else [str(v)])
-    return parse_args("shared", argv)
+    return argv

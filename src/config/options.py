@@ -84,7 +84,10 @@ SHARED_OPTIONS = [
       choices=("tiny", "resnet50"), group="product"),
     O("cnn_weights_path", str, None, "CNN (grid-feat ResNet) weights", group="product"),
     O("grad_ckpt", bool, False, "gradient checkpointing in the transformer", group="product"),
-    O("skip_bad_videos", bool, True, "training: skip (count and log) undecodable videos", group="product"),
+    O("skip_bad_videos", bool, True, "evaluation: leave out undecodable videos (listed in "
+      "skipped_videos.json, metrics over the rest) instead of failing; training always replaces them "
+      "(counted, logged)",
+      group="product"),
     O("min_video_frames", int, 2, "a video with fewer frames is bad ('too_short': a still is no video)",
       min=1, group="product"),
     O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
@@ -95,6 +98,9 @@ SHARED_OPTIONS = [
     O("best_metric_mode", str, "auto", "max|min; auto: min for loss/medianR/meanR, else max",
       choices=("auto", "max", "min"), group="product"),
     O("log_interval", int, 100, "optimizer steps between log.txt progress lines", min=1, group="product"),
+    O("existing_run", str, "resume", "an earlier run in output_dir: resume it (same settings only), "
+      "extend it under new settings, or restart (the old run moves to previous_runs/)",
+      choices=("resume", "extend", "restart"), group="product"),
     # ClipBERT pretraining options that may sit in shared config files
     O("itm_neg_prob", float, 0.5, "", unused=_PRETRAIN, group="pretrain"),
     O("use_itm", bool, False, "", unused=_PRETRAIN, group="pretrain"),

@@ -4,6 +4,7 @@ JSON or command-line value into the option's type (or a one-line error naming ke
 """
 import difflib
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -140,11 +141,13 @@ def _scalar(o, v, source, from_cli):
     if t in (int, float):
         if from_cli:
             try:
-                return t(v)
+                v = t(v)
             except ValueError:
                 raise _bad(o, v, source) from None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise _bad(o, v, source)
+        if not math.isfinite(v):  # nan passes every range check, inf passes every lower bound
+            raise _bad(o, v, source, f"expected a finite {t.__name__}")
         if t is float:
             return float(v)
         if isinstance(v, int) or v.is_integer():

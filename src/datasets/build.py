@@ -95,7 +95,11 @@ def _dataset_entry(cfg, which):
     return entry
 
 
-def _apply_data_ratio(rows, cfg):
+def _apply_data_ratio(rows, cfg, split):
+    """ClipBERT's ``data_ratio``: a seeded random fraction of the *training* annotations (validation and
+    inference always use every example, so their metrics stay comparable across runs)."""
+    if split != "train":
+        return rows
     ratio = float(cfg.data_ratio)
     if not 0 < ratio <= 1:
         raise ValueError(f"data_ratio must be in (0, 1], got {ratio}")
@@ -136,7 +140,8 @@ def build_retrieval_datasets(
     inference_batch_size)."""
     cfg = with_defaults(cfg, "retrieval")
     txt, img, name = _txt_img(cfg, split, "retrieval")
-    rows = _apply_data_ratio(load_jsonl(txt, required_fields=("caption", "clip_name")), cfg)
+    rows = _apply_data_ratio(load_jsonl(txt, required_fields=("caption", "clip_name"),
+                                        str_fields=("caption",)), cfg, split)
     examples = mk_retrieval_examples(rows)
     tokenizer = load_tokenizer(cfg.tokenizer_dir)
     collator = VideoRetrievalCollator(tokenizer, cfg.max_txt_len)
@@ -164,7 +169,8 @@ def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADatase
         raise ValueError(f"config task={task!r} must be one of {QA_TASKS}")
     txt, img, name = _txt_img(cfg, split, task)
     any_of = ("gif_name", "video_id")
-    rows = _apply_data_ratio(load_jsonl(txt, required_fields=("question",), any_of_fields=any_of), cfg)
+    rows = _apply_data_ratio(load_jsonl(txt, required_fields=("question",), any_of_fields=any_of,
+                                        str_fields=("question",)), cfg, split)
     examples = mk_qa_examples(rows, task, txt)
     has_answers = all(e["answer"] is not None for e in examples)
     if split == "train" and not has_answers:
@@ -198,7 +204,7 @@ def build_mc_dataset(cfg: Mapping[str, Any],
     """(dataset, collator) for MSRVTT-MC style evaluation (jsonl {qid, clip_name, options, answer})."""
     cfg = with_defaults(cfg, "msrvtt_mc")
     txt, img, name = _txt_img(cfg, split, "msrvtt_mc")
-    rows = _apply_data_ratio(load_jsonl(txt, required_fields=("qid", "clip_name", "options")), cfg)
+    rows = _apply_data_ratio(load_jsonl(txt, required_fields=("qid", "clip_name", "options")), cfg, split)
     ds = VideoMCDataset(mk_mc_examples(rows, txt), img, **_common(cfg, f"{name}_mc", False),
                         **_eval_clips(cfg))
     return ds, VideoMCCollator(load_tokenizer(cfg.tokenizer_dir), cfg.max_txt_len)

@@ -17,6 +17,7 @@ from src.datasets.decoder import (
 )
 from src.datasets.image_ops import resize_and_pad
 from src.datasets.lmdb_store import LMDBStore
+from src.utils.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +38,12 @@ def extract_frames_from_video_binary(in_mem_bytes_io, target_fps=3, num_frames=3
                                      safeguard_duration=False, video_max_pts=None):
     """Decode `num_frames` frames of one clip -> (uint8 (T, 3, H, W) RGB or None, video_max_pts).
 
-    Same frame choice as ClipBERT for every strategy. Returns (None, None) if the container does
-    not open and (None, video_max_pts) if decoding fails; the reason is logged. New code should
-    call `src.datasets.decoder.decode_clips`, which raises VideoDecodeError with the reason.
+    Same frame choice as ClipBERT for every strategy, and the same video_max_pts: on every selective
+    decode the duration the clip window was computed with (pass it back to spare the safeguard's pts
+    scan), None when the whole video had to be decoded (no duration in the header). Returns
+    (None, None) if the container does not open and (None, video_max_pts) if decoding fails; the
+    reason is logged. New code should call `src.datasets.decoder.decode_clips`, which raises
+    VideoDecodeError with the reason.
     """
     try:
         container = open_container(in_mem_bytes_io, multi_thread_decode)
@@ -52,7 +56,7 @@ def extract_frames_from_video_binary(in_mem_bytes_io, target_fps=3, num_frames=3
         frames, video_max_pts = decode_clip(container, **kwargs)
     except VideoDecodeError as e:
         logger.info("Failed to decode video (%s): %s", e.reason, e)
-        return None, video_max_pts
+        return None, getattr(e, "video_max_pts", video_max_pts)
     finally:
         container.close()
     return torch.from_numpy(frames).permute(0, 3, 1, 2), video_max_pts
@@ -62,7 +66,7 @@ def extract_frames_from_video_binary(in_mem_bytes_io, target_fps=3, num_frames=3
 # Base dataset: video loading, bad-video handling and reporting
 # ---------------------------------------------------------------------------------------------
 
-class BadVideosError(RuntimeError):
+class BadVideosError(UserError, RuntimeError):
     """Evaluation met videos that could not be loaded; `.bad` is [(key, reason)]."""
 
     def __init__(self, dataset_name, bad):
@@ -111,6 +115,7 @@ class VideoDatasetBase(Dataset):
         self.is_train, self.skip_bad_videos = is_train, bool(skip_bad_videos)
         self.min_video_frames, self.max_retries, self.name = min_video_frames, max_retries, name
         self._bad_seen = []  # (key, reason) recorded in this (main) process via record_bad_videos
+        self.last_pass_bad = []  # sorted (key, reason) of the last finished pass (evaluation reports them)
         self._epoch = 0
 
     # -- video ---------------------------------------------------------------------------------
@@ -180,6 +185,7 @@ class VideoDatasetBase(Dataset):
         """Called after each full pass over the loader: log the summary; in evaluation raise
         BadVideosError listing the bad keys unless skip_bad_videos."""
         bad = sorted(set(self._bad_seen))
+        self.last_pass_bad = bad
         self.bad_video_report(reset=True, log=True)
         if bad and not self.is_train and not self.skip_bad_videos:
             raise BadVideosError(self.name, bad)

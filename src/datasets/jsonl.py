@@ -4,9 +4,11 @@ import os
 import ujson
 
 
-def load_jsonl(path, required_fields=(), any_of_fields=()):
-    """List of dicts, one per non-blank line. Raises ValueError naming file:line on bad JSON or a
-    missing field; `any_of_fields` is a tuple of alternative names of which one must be present."""
+def load_jsonl(path, required_fields=(), any_of_fields=(), str_fields=()):
+    """List of dicts, one per non-blank line. Raises ValueError naming file:line on bad JSON, a
+    missing field or a `str_fields` value that is not a non-empty string (a null or numeric caption
+    would otherwise fail deep inside the tokenizer); `any_of_fields` is a tuple of alternative names
+    of which one must be present."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"annotation file {path} not found")
     rows = []
@@ -25,6 +27,10 @@ def load_jsonl(path, required_fields=(), any_of_fields=()):
                 missing.append("|".join(any_of_fields))
             if missing:
                 raise ValueError(f"{path}:{lineno}: missing field(s) {missing}; present: {sorted(row)}")
+            for k in str_fields:
+                if k in row and not (isinstance(row[k], str) and row[k].strip()):
+                    raise ValueError(f"{path}:{lineno}: field {k!r} must be a non-empty string, got "
+                                     f"{ujson.dumps(row[k])}; fix or remove this line")
             rows.append(row)
     if not rows:
         raise ValueError(f"annotation file {path} has no examples")

@@ -9,6 +9,8 @@ import os
 
 import lmdb
 
+from src.utils.errors import DataStoreError
+
 _ENVS = {}  # (realpath, pid) -> lmdb.Environment; LMDB allows one open env per path per process
 
 
@@ -30,14 +32,24 @@ class LMDBStore:
             for old in [k for k in _ENVS if k[0] == real and k[1] != pid]:
                 _ENVS.pop(old).close()  # inherited through fork: unusable here, and blocks re-opening
             if key not in _ENVS:
-                _ENVS[key] = lmdb.open(self.path, readonly=True, create=False, lock=False,
-                                       readahead=False, max_readers=512, subdir=True)
+                try:
+                    _ENVS[key] = lmdb.open(self.path, readonly=True, create=False, lock=False,
+                                           readahead=False, max_readers=512, subdir=True)
+                except lmdb.Error as e:
+                    raise self._error("cannot be opened", e) from e
             self._env, self._pid = _ENVS[key], pid
         return self._env
 
+    def _error(self, what, e):
+        return DataStoreError(f"LMDB store {self.path} {what} ({type(e).__name__}: {e}); rebuild it with "
+                              f"python -m src.preprocessing.file2lmdb")
+
     def get(self, key):
-        with self._open().begin(buffers=False) as txn:
-            value = txn.get(str(key).encode("utf-8"))
+        try:
+            with self._open().begin(buffers=False) as txn:
+                value = txn.get(str(key).encode("utf-8"))
+        except lmdb.Error as e:
+            raise self._error(f"cannot be read at key {key!r}", e) from e
         if value is None:
             raise KeyError(f"key {key!r} not in LMDB store {self.path}; check that the jsonl video "
                            f"name matches the file stem used by file2lmdb")

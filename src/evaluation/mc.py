@@ -10,12 +10,14 @@ from typing import Any, Union
 
 import torch
 
+from src.evaluation.predictions import finite_argmax
 from src.utils.distributed import all_gather_list
 
 
 def mc_predict(logits: Union[torch.Tensor, Sequence[float]], n_options: int = 5) -> list[int]:
-    """Predicted option index per question from logits (B, n_options) or flat (B*n_options,)."""
-    return torch.as_tensor(logits).reshape(-1, n_options).argmax(dim=-1).tolist()
+    """Predicted option index per question from logits (B, n_options) or flat (B*n_options,);
+    -1 (counted wrong) for a question whose logits are not all finite."""
+    return finite_argmax(torch.as_tensor(logits).reshape(-1, n_options), "multiple choice")[0]
 
 
 def eval_mc(predictions: Mapping[Any, int], gts: Mapping[Any, int]) -> dict[str, float]:

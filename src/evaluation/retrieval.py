@@ -19,14 +19,25 @@ Differences from ClipBERT (documented fixes):
   ClipBERT inverted ``{txt: vid}`` to ``{vid: txt}``, silently keeping one caption per video.
   Videos without any GT caption are distractors for text->video and are not queries for video->text.
 
+* **Non-finite scores rank last** (as -inf, ties counted against the ground truth), with a warning
+  giving their number: NaN compares false, so a model with NaN weights would otherwise rank every
+  ground truth first and score R@1 = 100.
+* **Skipped videos** (undecodable, evaluated with ``skip_bad_videos``): ``skipped_vid_ids`` names them;
+  texts whose ground-truth video is among them are left out of text->video (and the videos out of
+  video->text); :func:`retrieval_coverage` states the denominators. A ground truth that is missing
+  for any other reason is still an error.
+
 ``id2data`` is accepted for compatibility and not needed.
 """
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 import numpy as np
 
 from src.utils.distributed import all_gather_list
+
+logger = logging.getLogger(__name__)
 
 
 def _build_matrix(vid_txt_score_dicts):
@@ -53,7 +64,8 @@ def _build_matrix(vid_txt_score_dicts):
 
 
 def pessimistic_rank(row: np.ndarray, gt_cols: Sequence[int]) -> int:
-    """0-based rank of the best GT column of ``row``; ties count against the GT."""
+    """0-based rank of the best GT column of ``row``; ties count against the GT; nan/inf rank last."""
+    row = np.where(np.isfinite(row), row, -np.inf)
     gt_cols = np.asarray(gt_cols)
     best = row[gt_cols].max()
     non_gt = np.ones(row.shape[0], dtype=bool)
@@ -71,9 +83,15 @@ def _metrics(ranks):
 
 
 def eval_retrieval(vid_txt_score_dicts: Iterable[Mapping[str, Any]], gt_txt_id2vid_id: Mapping[Any, Any],
-                   id2data: Optional[Mapping] = None) -> dict[str, dict[str, float]]:
+                   id2data: Optional[Mapping] = None, *,
+                   skipped_vid_ids: Iterable[Any] = ()) -> dict[str, dict[str, float]]:
     """``{"text2video": {r1, r5, r10, medianR, meanR}, "video2text": {...}}`` (see module doc)."""
     S, txt_ids, vid_ids = _build_matrix(vid_txt_score_dicts)
+    n_bad = int((~np.isfinite(S)).sum())
+    if n_bad:
+        logger.warning("eval_retrieval: %d of %d scores are not finite (nan/inf); they rank last",
+                       n_bad, S.size)
+    skipped = set(skipped_vid_ids)
     vid_col = {v: j for j, v in enumerate(vid_ids)}
     t2v, gt_txt_rows = [], {}
     for i, t in enumerate(txt_ids):
@@ -81,11 +99,22 @@ def eval_retrieval(vid_txt_score_dicts: Iterable[Mapping[str, Any]], gt_txt_id2v
             raise ValueError(f"eval_retrieval: text {t!r} has no ground-truth video in gt_txt_id2vid_id")
         gv = gt_txt_id2vid_id[t]
         if gv not in vid_col:
+            if gv in skipped:
+                continue
             raise ValueError(f"eval_retrieval: ground-truth video {gv!r} of text {t!r} was not scored")
         t2v.append(pessimistic_rank(S[i], [vid_col[gv]]))
         gt_txt_rows.setdefault(gv, []).append(i)
     v2t = [pessimistic_rank(S[:, vid_col[v]], rows) for v, rows in gt_txt_rows.items()]
     return {"text2video": _metrics(t2v), "video2text": _metrics(v2t)}
+
+
+def retrieval_coverage(vid_txt_score_dicts: Iterable[Mapping[str, Any]], gt_txt_id2vid_id: Mapping[Any, Any],
+                       skipped_vid_ids: Iterable[Any] = ()) -> dict[str, int]:
+    """The denominators behind :func:`eval_retrieval`: texts and videos evaluated out of the total."""
+    scored_vids, skipped = {d["vid_id"] for d in vid_txt_score_dicts}, set(skipped_vid_ids)
+    return {"texts": sum(v in scored_vids for v in gt_txt_id2vid_id.values()),
+            "texts_total": len(gt_txt_id2vid_id), "videos": len(scored_vids),
+            "videos_total": len(scored_vids | skipped), "skipped_videos": len(skipped)}
 
 
 def gather_retrieval_results(local_results: list[dict]) -> list[dict]:

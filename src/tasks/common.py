@@ -27,7 +27,9 @@ from src.config import parse_args_or_exit
 from src.datasets.loaders import PrefetchLoader, build_img_norm
 from src.modeling.build import build_model
 from src.modeling.heads import aggregate_clip_logits, clip_aggregated_loss
-from src.training.engine import Task, Trainer
+from src.training.engine import Hook, Task, Trainer
+from src.utils.distributed import all_gather_list
+from src.utils.errors import UserError, one_line
 from src.utils.logger import setup_logging
 
 logger = logging.getLogger(__name__)
@@ -78,6 +80,15 @@ def write_json(path, obj, indent=4):
         json.dump(obj, f, indent=indent, default=str)
 
 
+class LastEpochBadVideos(Hook):
+    """Logs the bad-video summary of the last, partly read epoch (full epochs report at their end)."""
+
+    def after_train(self, trainer, summary):
+        dataset = getattr(trainer.loader, "dataset", None)
+        if trainer.batches_in_epoch and hasattr(dataset, "bad_video_report"):
+            dataset.bad_video_report(reset=True, log=True)
+
+
 class ClipBertTask(Task):
     """Base task over ClipBert: subclasses give ``build_train_data``, ``evaluate`` and ``run_inference``."""
 
@@ -95,6 +106,9 @@ class ClipBertTask(Task):
 
     def wrap_train_loader(self, loader, cfg, device):
         return PrefetchLoader(loader, self.img_norm(cfg), device, yield_empty=True)
+
+    def build_hooks(self, cfg):
+        return [LastEpochBadVideos()]
 
     def forward_train(self, model, batch, cfg):
         stacked = forward_clips(model, batch, cfg.train_n_clips, cfg.num_frm)
@@ -120,7 +134,8 @@ class ClipBertTask(Task):
     # -- inference ---------------------------------------------------------------------------
     def prepare_inference(self, cfg, prefix="results"):
         """Stored model config applied (CLI inference settings kept), checkpoint resolved, model
-        loaded; writes ``raw_args.json`` / ``merged_args.json`` into the result dir (rank 0).
+        loaded. Nothing is written yet: :meth:`write_inference_outputs` writes the result dir (with
+        ``raw_args.json`` / ``merged_args.json``) once inference has succeeded.
 
         Returns ``(model, result_dir)``.
         """
@@ -133,18 +148,41 @@ class ClipBertTask(Task):
         prepare_inference_config(cfg)
         model = load_trained_model(cfg, self)
         result_dir = inference_result_dir(cfg, prefix=prefix)
-        if hvd.rank() == 0:
-            write_json(os.path.join(result_dir, "raw_args.json"), raw)
-            write_json(os.path.join(result_dir, "merged_args.json"), cfg.to_dict())
+        self._inference_args = {"raw_args.json": raw, "merged_args.json": copy.deepcopy(cfg.to_dict())}
         logger.info("inference: step %d, %d clip(s), %s aggregation, results -> %s",
                     cfg.inference_model_step, cfg.inference_n_clips, cfg.score_agg_func, result_dir)
         return model, result_dir
+
+    def write_inference_outputs(self, result_dir, files):
+        """Rank 0: the result dir with raw/merged args and ``files`` ({name: JSON object})."""
+        from src.training.inference import write_inference_outputs
+        write_inference_outputs(result_dir, {**self._inference_args, **files})
 
     def run_inference(self, cfg):  # required for --do_inference 1
         raise NotImplementedError
 
 
-_USER_ERRORS = (FileNotFoundError, ValueError, KeyError)
+def gather_bad_videos(dataset):
+    """Collective: the (key, reason) pairs of every rank's last evaluation pass, sorted, unique."""
+    merged = set()
+    for part in all_gather_list(list(getattr(dataset, "last_pass_bad", []))):
+        merged.update(tuple(b) for b in part)
+    return sorted(merged)
+
+
+def skipped_videos_report(bad, evaluated):
+    """``skipped_videos.json``: the videos left out (undecodable, ``skip_bad_videos 1``) and the
+    denominators the metrics were computed over."""
+    if bad:
+        logger.warning("evaluation skipped %d undecodable video(s) (%s); metrics are over %s",
+                       len(bad), ", ".join(k for k, _ in bad[:10]) + (" ..." if len(bad) > 10 else ""),
+                       ", ".join(f"{k} {v}" for k, v in evaluated.items()))
+    return {"count": len(bad), "keys": [{"key": k, "reason": r} for k, r in bad], "evaluated": evaluated}
+
+
+# What a user can fix, printed as one line: bad files/values/keys, unusable output dirs and disks,
+# unreadable checkpoints and LMDB stores, bad videos at evaluation, a diverged run (UserError family).
+_USER_ERRORS = (UserError, FileNotFoundError, ValueError, KeyError, OSError)
 
 
 def limit_cpu_threads():
@@ -162,8 +200,8 @@ def main(task_name, task_cls, argv=None):
     """Entry point: ``python src/tasks/run_x.py --config c.json [--key value ...]``.
 
     Trains (engine) unless ``--do_inference 1``; returns the process exit status: 0 ok, 1 a
-    user-fixable error (one line on stderr; set CLIPBERT_TRACEBACK=1 for the traceback),
-    2 a bad config value.
+    user-fixable error (one line ``error: Type: message`` on stderr; CLIPBERT_TRACEBACK=1 shows the
+    traceback), 2 a bad config value.
     """
     limit_cpu_threads()
     cfg = parse_args_or_exit(task_name, argv)
@@ -179,7 +217,6 @@ def main(task_name, task_cls, argv=None):
     except _USER_ERRORS as e:
         if os.environ.get("CLIPBERT_TRACEBACK"):
             raise
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"error: {type(e).__name__}: {msg}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
         return 1
     return 0

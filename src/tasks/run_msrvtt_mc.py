@@ -13,14 +13,20 @@ writes ``output_dir/mc_results_{stem(txt_db)}/step_{N}_{nclips}_{agg}/``: ``raw_
 rank (ClipBERT mixed int and str keys and its accuracy assert failed on several GPUs).
 """
 import logging
-import os
 import sys
 
 import src.compat.hvd as hvd
 from src.datasets.build import build_mc_dataset
 from src.datasets.dataset_mc import N_OPTIONS
-from src.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions
-from src.tasks.common import ClipBertTask, clip_logits, main, unwrap_model, write_json
+from src.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions, mc_predict
+from src.tasks.common import (
+    ClipBertTask,
+    clip_logits,
+    gather_bad_videos,
+    main,
+    skipped_videos_report,
+    unwrap_model,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +50,7 @@ class MSRVTTMCTask(ClipBertTask):
                 continue
             logits = clip_logits(model, batch, cfg.inference_n_clips, cfg.num_frm, cfg.score_agg_func)
             scores = head.scores(logits) if hasattr(head, "scores") else logits.float()
-            pred = scores.reshape(-1, N_OPTIONS).argmax(-1).tolist()
+            pred = mc_predict(scores, N_OPTIONS)  # -1 (wrong) for a question with nan/inf scores
             for qid, p in zip(batch["question_ids"], pred):
                 local[str(qid)] = int(p)
         return gather_mc_predictions(local)
@@ -60,14 +66,18 @@ class MSRVTTMCTask(ClipBertTask):
         missing = sorted(set(gts) - set(preds))
         if missing and not cfg.skip_bad_videos:
             raise RuntimeError(f"msrvtt_mc: {len(missing)} question(s) got no prediction, e.g. {missing[:5]}")
+        bad = gather_bad_videos(ds)
         scores = None
         if all(v is not None for v in gts.values()):
             acc = eval_mc(preds, {k: int(v) for k, v in gts.items()})["mc_accuracy"]
             scores = {"mc_accuracy": format_mc_accuracy(acc)}
+        files = {"mc_test_results.json": preds, "skipped_videos.json": skipped_videos_report(
+            bad, {"questions": len(preds), "questions_total": len(gts), "skipped_videos": len(bad)})}
+        if scores is not None:
+            files["mc_test_scores.json"] = scores
+        self.write_inference_outputs(result_dir, files)
         if hvd.rank() == 0:
-            write_json(os.path.join(result_dir, "mc_test_results.json"), preds)
             if scores is not None:
-                write_json(os.path.join(result_dir, "mc_test_scores.json"), scores)
                 logger.info("msrvtt_mc on %s: %d questions, accuracy %s%% (chance %.0f%%) -> %s",
                             cfg.inference_txt_db, len(preds), scores["mc_accuracy"], 100.0 / N_OPTIONS,
                             result_dir)

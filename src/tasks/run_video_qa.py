@@ -33,9 +33,11 @@ import src.compat.hvd as hvd
 from src.datasets.build import build_qa_datasets
 from src.datasets.dataset_video_qa import OPEN_ENDED_QA
 from src.datasets.jsonl import load_json
-from src.evaluation.qa import eval_qa, gather_qa_results
+from src.evaluation.predictions import finite_argmax
+from src.evaluation.qa import QA_ANSWER_TYPES, eval_qa, gather_qa_results, qa_scores
 from src.modeling.heads import aggregate_clip_logits, lse_loss
-from src.tasks.common import ClipBertTask, forward_clips, main, write_json
+from src.tasks.common import ClipBertTask, forward_clips, gather_bad_videos, main, skipped_videos_report
+from src.training.inference import write_rank_outputs
 from src.utils.distributed import all_gather_list
 
 logger = logging.getLogger(__name__)
@@ -62,12 +64,15 @@ class VideoQATask(ClipBertTask):
             self._val = self.qa_loader(cfg, "val")
         ds, loader = self._val
         preds, loss_sum, n_loss = predict(model, loader, cfg, debug=cfg.debug)
-        return qa_metrics(ds, cfg, preds, loss_sum, n_loss)
+        metrics = qa_metrics(ds, cfg, preds, loss_sum, n_loss)
+        bad = gather_bad_videos(ds)
+        if bad:
+            metrics["evaluated"] = skipped_videos_report(bad, qa_coverage(ds, bad))["evaluated"]
+        return metrics
 
     def run_inference(self, cfg):
         """Predictions of every question of ``inference_txt_db`` (+ scores when it has answers)."""
         model, res_dir = self.prepare_inference(cfg, prefix="results")
-        cfg.data_ratio = 1.0  # as ClipBERT: inference answers the whole file
         ds, loader = self.qa_loader(cfg, "inference")
         rank = hvd.rank()
         logger.info("inference: task %s, %d questions of %s on %d process(es)", cfg.task,
@@ -75,16 +80,19 @@ class VideoQATask(ClipBertTask):
         local, _, _ = predict(model, loader, cfg)
         for p in local:
             p["data"] = ds.qid2data[p["question_id"]]
-        write_json(os.path.join(res_dir, f"results_rank{rank}.json"), local)
         results = sorted(gather_qa_results(local), key=lambda p: p["question_id"])
+        bad = gather_bad_videos(ds)
         scores = None
         if ds.return_label:
-            scores = round_scores(eval_qa(results, ground_truth(ds), label2ans_for(cfg)))
+            scores = qa_scores(results, ground_truth(ds), label2ans_for(cfg), QA_ANSWER_TYPES.get(cfg.task))
+        files = {"results_all.json": results,
+                 "skipped_videos.json": skipped_videos_report(bad, qa_coverage(ds, bad))}
+        if scores is not None:
+            files["scores.json"] = scores
+        self.write_inference_outputs(res_dir, files)
+        write_rank_outputs(res_dir, {f"results_rank{rank}.json": local})  # ClipBERT's per-rank files
         if rank == 0:
-            write_json(os.path.join(res_dir, "merged_args.json"), cfg.to_dict())
-            write_json(os.path.join(res_dir, "results_all.json"), results)
             if scores is not None:
-                write_json(os.path.join(res_dir, "scores.json"), scores)
                 logger.info("inference scores on %s: %s -> %s", cfg.inference_txt_db, json.dumps(scores),
                             res_dir)
             else:
@@ -106,7 +114,7 @@ def predict(model, loader, cfg, debug=False):
             continue
         stacked = forward_clips(model, batch, cfg.inference_n_clips, cfg.num_frm).float()
         logits = aggregate_clip_logits(stacked, cfg.score_agg_func)
-        answers = logits.argmax(dim=-1).tolist()
+        answers, _ = finite_argmax(logits, "video QA")  # -1 (wrong) where the logits are nan/inf
         preds.extend({"question_id": q, "answer": int(a)} for q, a in zip(batch["question_ids"], answers))
         labels = batch.get("labels")
         if labels is not None:
@@ -147,10 +155,11 @@ def qa_metrics(dataset, cfg, local_preds, loss_sum=0.0, n_loss=0):
     return metrics
 
 
-def round_scores(d):
-    """ClipBERT's scores.json: percentages with 2 decimals, ratios [fraction, count]."""
-    return {k: (round_scores(v) if isinstance(v, dict) else
-                [round(v[0], 4), v[1]] if isinstance(v, list) else round(v, 2)) for k, v in d.items()}
+def qa_coverage(dataset, bad):
+    """Denominators of the QA metrics when videos were skipped: questions answered out of all."""
+    skipped = {k for k, _ in bad}
+    answered = sum(d["vid_id"] not in skipped for d in dataset.qid2data.values())
+    return {"questions": answered, "questions_total": len(dataset.qid2data), "skipped_videos": len(bad)}
 
 
 if __name__ == "__main__":

@@ -22,13 +22,19 @@ identical clips), only model-defining keys come from the stored run (CLI inferen
 ``score_agg_func``/``num_frm`` are kept), ranks are pessimistic on ties (src.evaluation.retrieval).
 """
 import logging
-import os
 import sys
 
 import src.compat.hvd as hvd
 from src.datasets.build import build_retrieval_datasets
-from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results
-from src.tasks.common import ClipBertTask, clip_logits, main, unwrap_model, write_json
+from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results, retrieval_coverage
+from src.tasks.common import (
+    ClipBertTask,
+    clip_logits,
+    gather_bad_videos,
+    main,
+    skipped_videos_report,
+    unwrap_model,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +59,17 @@ def score_retrieval(model, loader, cfg):
     return gather_retrieval_results(local)
 
 
+def evaluate_retrieval(model, dataset, loader, cfg, with_results=False):
+    """Collective: ``(metrics, skipped_videos report[, results])``. Videos skipped as undecodable
+    (``skip_bad_videos 1``) leave their texts out; the report states what the metrics are over."""
+    results = score_retrieval(model, loader, cfg)
+    bad = gather_bad_videos(dataset)
+    skipped = [k for k, _ in bad]
+    metrics = eval_retrieval(results, dataset.gt_cap_id2vid_id, skipped_vid_ids=skipped)
+    report = skipped_videos_report(bad, retrieval_coverage(results, dataset.gt_cap_id2vid_id, skipped))
+    return (metrics, report, results) if with_results else (metrics, report)
+
+
 class RetrievalTask(ClipBertTask):
     main_metric = "text2video_r1"
 
@@ -71,18 +88,21 @@ class RetrievalTask(ClipBertTask):
             ds, collate = build_retrieval_datasets(cfg, "val")
             self._val = (ds, self.retrieval_loader(ds, collate, cfg))
         ds, loader = self._val
-        return eval_retrieval(score_retrieval(model, loader, cfg), ds.gt_cap_id2vid_id)
+        metrics, report = evaluate_retrieval(model, ds, loader, cfg)
+        if report["count"]:  # the denominators, logged with the metrics, when videos were skipped
+            metrics["evaluated"] = report["evaluated"]
+        return metrics
 
     def run_inference(self, cfg):
         model, result_dir = self.prepare_inference(cfg, prefix="results")
         ds, collate = build_retrieval_datasets(cfg, "inference")
-        results = score_retrieval(model, self.retrieval_loader(ds, collate, cfg), cfg)
-        metrics = eval_retrieval(results, ds.gt_cap_id2vid_id)
+        metrics, report, results = evaluate_retrieval(model, ds, self.retrieval_loader(ds, collate, cfg), cfg,
+                                                      with_results=True)
+        self.write_inference_outputs(result_dir, {
+            "results.json": [dict(vid_id=r["vid_id"], txt_id=r["txt_id"], score=round(r["score"], 4))
+                             for r in results],
+            "scores.json": metrics, "skipped_videos.json": report})
         if hvd.rank() == 0:
-            write_json(os.path.join(result_dir, "results.json"),
-                       [dict(vid_id=r["vid_id"], txt_id=r["txt_id"], score=round(r["score"], 4))
-                        for r in results], indent=None)
-            write_json(os.path.join(result_dir, "scores.json"), metrics)
             t2v, v2t = metrics["text2video"], metrics["video2text"]
             logger.info("inference on %s (%d captions x %d videos): text2video R@1 %.2f R@5 %.2f R@10 %.2f "
                         "MedR %.1f; video2text R@1 %.2f R@5 %.2f R@10 %.2f -> %s", cfg.inference_txt_db,

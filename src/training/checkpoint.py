@@ -13,6 +13,8 @@ import os
 
 import torch
 
+from src.utils.errors import CheckpointError
+
 logger = logging.getLogger(__name__)
 
 RESTORE, BACKUP = "restore.pt", "restore_backup.pt"
@@ -36,6 +38,12 @@ def fp32_state_dict(model, optimizer=None, masters_by_name=None):
             v = masters_by_name[k].detach()
         out[k] = (v.float() if v.is_floating_point() else v).cpu().clone()
     return out
+
+
+def all_finite(state_dict: dict) -> bool:
+    """No nan/inf in any floating-point tensor of ``state_dict``."""
+    return all(bool(torch.isfinite(v).all()) for v in state_dict.values()
+               if torch.is_tensor(v) and v.is_floating_point())
 
 
 class ModelSaver:
@@ -97,6 +105,6 @@ class TrainingRestorer:
                 logger.warning("resuming from the backup restore file %s", p)
             return state
         if errors:
-            raise RuntimeError("cannot resume: no readable restore file (" + "; ".join(errors) +
-                               "); delete them to start from scratch")
+            raise CheckpointError("cannot resume: no readable restore file (" + "; ".join(errors) +
+                                  "); delete them, or rerun with --existing_run restart, to start again")
         return None

@@ -35,13 +35,15 @@ import torch
 import src.compat.hvd as hvd
 from src.optimization.param_groups import build_optimizer, set_lr
 from src.optimization.sched import get_lr_sched
-from src.training.checkpoint import ModelSaver, TrainingRestorer, fp32_state_dict
+from src.training.checkpoint import ModelSaver, TrainingRestorer, all_finite, fp32_state_dict
 from src.training.data import ResumableDistributedSampler, build_train_dataloader
 from src.training.hooks import Hook, MetricsWriter, RestoreSaver, Validation, flatten_metrics, metric_mode
 from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
 from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
+from src.training.run_dir import RunDirectory
 from src.training.task import Task
 from src.utils.device import move_to_device, training_device
+from src.utils.errors import RunDirError, UserError
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
 from src.utils.misc import NoOp, get_rng_states, set_random_seed, set_rng_states, zero_none_grad
 
@@ -53,7 +55,7 @@ __all__ = ["Trainer", "StepResult", "NonFiniteLossError", "Task", "Hook", "RunPl
 MAX_FP16_NONFINITE_STEPS = AMP_TOLERATED_NONFINITE_STEPS
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(UserError, RuntimeError):
     """Training stopped on a NaN/inf loss; the message names the step and the last good checkpoint."""
 
 
@@ -95,7 +97,7 @@ class Trainer:
         self.last_metrics: dict | None = None
         self.model = self.optimizer = self.plan = None
         self.precision: FullPrecision | None = None
-        self.tb, self._log_handler = NoOp(), None
+        self.tb, self._log_handler, self.run_dir = NoOp(), None, None
         self._nonfinite_streak = 0
 
     # ---------------------------------------------------------------------------------- set-up
@@ -124,16 +126,30 @@ class Trainer:
     def _init_outputs(self) -> None:
         out = self.cfg.output_dir
         self.log_dir, self.ckpt_dir = os.path.join(out, "log"), os.path.join(out, "ckpt")
+        self.run_outcome = self._claim_output_dir()
         if self.is_main:
-            os.makedirs(self.log_dir, exist_ok=True)
-            os.makedirs(self.ckpt_dir, exist_ok=True)
             setup_logging()
             self._log_handler = add_log_to_file(os.path.join(self.log_dir, "log.txt"))
         else:  # as ClipBERT: progress lines from rank 0 only; other ranks still report warnings
             logging.getLogger().setLevel(logging.WARNING)
-        self.tb = make_tb_logger(self.log_dir, self.is_main)
         self.saver = ModelSaver(self.ckpt_dir) if self.is_main else None
         self.restorer = TrainingRestorer(self.ckpt_dir)
+
+    def _claim_output_dir(self) -> str:
+        """Rank 0 locks ``output_dir`` and applies the ``existing_run`` policy (``src.training.run_dir``);
+        every rank gets the outcome, or raises the same one-line error."""
+        outcome = None
+        if self.is_main:
+            self.run_dir = RunDirectory(self.cfg.output_dir, self.cfg.existing_run)
+            try:
+                outcome = self.run_dir.acquire(self.cfg.to_dict())
+            except Exception as e:  # every rank must learn of it, not wait in the next collective
+                self.run_dir.release()
+                outcome = e if isinstance(e, RunDirError) else RunDirError(f"{self.cfg.output_dir}: {e}")
+        outcome = hvd.broadcast_object(outcome, root_rank=0)
+        if isinstance(outcome, Exception):
+            raise RunDirError(str(outcome))
+        return outcome
 
     def _build(self) -> None:
         cfg = self.cfg
@@ -141,8 +157,6 @@ class Trainer:
         dataset, collate_fn = self.task.build_train_data(cfg)
         self.plan = RunPlan.build(cfg, len(dataset), self.world)
         self.best["metric"] = cfg.best_metric or self.task.main_metric
-        if self.is_main:
-            self._write_run_files()
         optimizer = hvd.DistributedOptimizer(build_optimizer(model, cfg),
                                              named_parameters=model.named_parameters(),
                                              backward_passes_per_step=self.plan.gradient_accumulation_steps)
@@ -164,11 +178,34 @@ class Trainer:
         self.loader = self.task.wrap_train_loader(loader, cfg, self.device)
         if state is not None:
             self._load_restore_state(state)
+            self._apply_extend()
         p = self.plan
         logger.info("training: %d examples, %d processes, batch %d x accum %d -> %d steps (%s); validate "
                     "every %d, restore file every %d steps", p.n_examples, p.world_size, p.train_batch_size,
                     p.gradient_accumulation_steps, p.num_train_steps, self.precision.name, p.valid_steps,
                     p.save_steps)
+
+    def _apply_extend(self) -> None:
+        """``existing_run extend``: a stored run continues under the new plan, even if it had finished."""
+        if self.run_outcome != "extend":
+            return
+        if self.global_step >= self.plan.stop_step:
+            raise RunDirError(f"existing_run=extend: the run in {self.cfg.output_dir} is at step "
+                              f"{self.global_step} and the new settings end at step {self.plan.stop_step}; "
+                              f"nothing to extend (train for more epochs, or use --existing_run restart)")
+        if self.finished:
+            logger.info("existing_run=extend: the finished run continues from step %d to %d",
+                        self.global_step, self.plan.stop_step)
+        self.finished = False
+
+    def _accept_run(self) -> None:
+        """The run goes ahead: only now are the stored config and tensorboard files written, so a
+        refused or already finished rerun leaves the directory as it was (its log lines aside)."""
+        if self.is_main:
+            if self.run_dir is not None:
+                self.run_dir.keep_previous_args()
+            self._write_run_files()
+        self.tb = make_tb_logger(self.log_dir, self.is_main)
 
     def _write_run_files(self) -> None:
         """``log/args.json`` (the config + ClipBERT's derived keys), ``log/run_plan.json``,
@@ -281,8 +318,10 @@ class Trainer:
 
     def _abort_nonfinite(self, n_bad: int) -> None:
         path = os.path.join(self.ckpt_dir, f"model_step_{self.global_step}.pt")
-        if self.is_main:
-            self.saver.save(self.model_state_dict(), self.global_step)
+        state = self.model_state_dict()
+        weights_ok = self.weights_finite(state)  # the same on every rank: the weights are identical
+        if self.is_main and weights_ok:
+            self.saver.save(state, self.global_step)
         restore_step = None
         if os.path.exists(self.restorer.path):
             restore = torch.load(self.restorer.path, map_location="cpu", weights_only=False)
@@ -290,11 +329,27 @@ class Trainer:
         tolerated = self.precision.tolerated_nonfinite_steps
         what = (f"{tolerated} consecutive steps with a non-finite loss under fp16" if tolerated
                 else f"non-finite loss (nan/inf) in {n_bad} micro-batch(es)")
-        msg = (f"training stopped at step {self.global_step + 1} (epoch {self.epoch}): {what}; last good "
-               f"weights (after step {self.global_step}) saved to {path}; "
+        saved = (f"last good weights (after step {self.global_step}) saved to {path}; " if weights_ok else
+                 f"the weights are no longer finite after step {self.global_step} and were not saved; ")
+        msg = (f"training stopped at step {self.global_step + 1} (epoch {self.epoch}): {what}; {saved}"
                + (f"ckpt/restore.pt holds step {restore_step} to resume from; " if restore_step is not None
                   else "no restore file yet; ")
                + "lower learning_rate, check the data or enable grad_norm clipping")
+        logger.error(msg)
+        raise NonFiniteLossError(msg)
+
+    def _check_final_weights(self) -> None:
+        """A run that reaches its last step with non-finite weights (fp16 overflowing steps, fewer in a
+        row than the tolerated streak) has failed: say so, and where the last finite weights are."""
+        if self.weights_finite():
+            return
+        steps = sorted(int(f[len("model_step_"):-3]) for f in os.listdir(self.ckpt_dir)
+                       if f.startswith("model_step_") and f.endswith(".pt"))
+        last = os.path.join(self.ckpt_dir, f"model_step_{steps[-1]}.pt") if steps else None
+        saved = f"the last finite weights saved are {last}" if last else "no finite weights were saved"
+        msg = (f"training ended at step {self.global_step} with non-finite weights (nan/inf), "
+               f"{self.precision.skipped_steps()} steps skipped by amp; they were not saved and {saved}; "
+               f"lower learning_rate or enable grad_norm clipping, then rerun with --existing_run restart")
         logger.error(msg)
         raise NonFiniteLossError(msg)
 
@@ -316,9 +371,11 @@ class Trainer:
                 logger.info("training already finished at step %d (%s); nothing to do", self.global_step,
                             self.restorer.path)
                 return self._summary()
+            self._accept_run()
             for h in self.hooks:
                 h.before_train(self)
             self._train_loop()
+            self._check_final_weights()
             summary = self._summary()
             for h in self.hooks:
                 h.after_train(self, summary)
@@ -330,6 +387,8 @@ class Trainer:
             if self._log_handler is not None:
                 remove_log_file(self._log_handler)
                 self._log_handler = None
+            if self.run_dir is not None:
+                self.run_dir.release()
 
     def _train_loop(self) -> None:
         self.model.train()
@@ -352,13 +411,25 @@ class Trainer:
                 "stopped_early": self.finished and self.global_step < self.plan.stop_step}
 
     # ---------------------------------------------------------------------------------- state
+    def weights_finite(self, state: dict | None = None) -> bool:
+        """The fp32 weights (``state``, default :meth:`model_state_dict`) and those the model runs with
+        (fp16 under amp O2, which overflow to inf long before the fp32 masters do) are all finite."""
+        state = self.model_state_dict() if state is None else state
+        running = dict(self.model.named_parameters())  # not state_dict(): under O2 that holds the masters
+        return all_finite(state) and all_finite(running)
+
     def model_state_dict(self) -> dict:
         """fp32 CPU copy of the model's weights (the fp32 masters under amp O2)."""
         return fp32_state_dict(self.model, masters_by_name=self.precision.masters_by_name(self.optimizer))
 
     def save_restore(self) -> None:
-        """Write ``ckpt/restore.pt``. Collective: every rank must call it (RNG states are gathered)."""
+        """Write ``ckpt/restore.pt``. Collective: every rank must call it (RNG states are gathered).
+        Weights that are no longer finite are not saved: the file keeps the last state worth resuming."""
         state = self._restore_state()
+        if not self.weights_finite(state["model"]):
+            logger.warning("step %d: the weights are not finite (nan/inf); %s keeps the last finite state",
+                           self.global_step, self.restorer.path)
+            return
         if self.is_main:
             self.restorer.save(state)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -101,8 +102,13 @@ class MetricsWriter(Hook):
 
     def after_step(self, trainer, result):
         logs = self.scalars(trainer, result)
-        trainer.tb.log_scalar_dict(logs, step=trainer.global_step)
+        trainer.tb.log_scalar_dict(logs, step=trainer.global_step)  # nan/inf: in the log line, not in TB
         step = trainer.global_step
+        if result.n_nonfinite:  # every such step, not only every log_interval: divergence must show
+            what = (f"amp skipped the step (loss scale now {result.loss_scale:g}, {result.skipped_total} "
+                    f"steps skipped so far)" if result.skipped else "the weights were updated")
+            logger.warning("step %d: the loss of %d micro-batch(es) is not finite (nan/inf); %s", step,
+                           result.n_nonfinite, what)
         if step % self.log_interval == 0 or step == trainer.plan.stop_step:
             logger.info("step %d/%d epoch %d: loss %.4f lr %.3g/%.3g%s%s %.1f ex/s data wait %.0f%%",
                         step, trainer.plan.num_train_steps, trainer.epoch, logs["train/loss"],
@@ -124,6 +130,7 @@ class MetricsWriter(Hook):
         if result.loss_scale is not None:
             logs["train/loss_scale"] = result.loss_scale
             logs["train/skipped_steps"] = result.skipped_total
+        logs["train/nonfinite_microbatches"] = result.n_nonfinite
         for k, v in result.extras.items():
             logs[f"train/{k}"] = float(v)
         seconds = max(result.seconds, 1e-9)
@@ -158,9 +165,13 @@ class Validation(Hook):
         logger.info("validation at step %d: %s", trainer.global_step,
                     ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         state = trainer.model_state_dict() if trainer.is_main else None
-        if trainer.is_main:
+        finite = hvd.broadcast_object(trainer.weights_finite(state) if trainer.is_main else None, root_rank=0)
+        if not finite:  # never a "checkpoint" or "best": inference on it would only mislead
+            logger.warning("validation at step %d: the weights are not finite (nan/inf); model_step_%d.pt "
+                           "and model_best.pt are not written", trainer.global_step, trainer.global_step)
+        elif trainer.is_main:
             trainer.saver.save(state, trainer.global_step)
-        self.update_best(trainer, metrics, state)
+        self.update_best(trainer, metrics, state, finite)
         for h in trainer.hooks:
             h.after_validation(trainer, metrics)
         return metrics
@@ -175,7 +186,8 @@ class Validation(Hook):
         model.train()
         return hvd.broadcast_object(flatten_metrics(metrics or {}), root_rank=0)
 
-    def update_best(self, trainer, metrics, state):
+    def update_best(self, trainer, metrics, state, weights_finite=True):
+        """Collective decision (every rank updates ``trainer.best`` alike); rank 0 writes the files."""
         best = trainer.best
         name = best["metric"]
         if name not in metrics:
@@ -183,7 +195,11 @@ class Validation(Hook):
                            f"({', '.join(sorted(metrics))}); set --best_metric to one of them")
         value, prev = metrics[name], best["value"]
         mode = metric_mode(name, trainer.cfg.best_metric_mode)
-        if prev is None or (value > prev if mode == "max" else value < prev):
+        candidate = weights_finite and math.isfinite(value)
+        if not math.isfinite(value):
+            logger.warning("validation at step %d: %s is %s, not a candidate for the best checkpoint",
+                           trainer.global_step, name, value)
+        if candidate and (prev is None or (value > prev if mode == "max" else value < prev)):
             best.update(value=value, step=trainer.global_step, bad_validations=0)
             if trainer.is_main:
                 trainer.saver.save_best(state)
@@ -193,7 +209,7 @@ class Validation(Hook):
             return
         best["bad_validations"] += 1
         if self.patience != -1 and best["bad_validations"] >= self.patience:
-            logger.info("early stopping at step %d: %s has not improved on %.4f (step %d) for %d "
+            logger.info("early stopping at step %d: %s has not improved on %s (step %s) for %d "
                         "validations", trainer.global_step, name, best["value"], best["step"], self.patience)
             trainer.finished = True
 

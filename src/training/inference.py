@@ -17,6 +17,7 @@ import torch
 import src.compat.hvd as hvd
 from src.config import apply_stored_model_config
 from src.utils.device import training_device
+from src.utils.errors import CheckpointError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +68,16 @@ def load_trained_model(cfg, task, device=None):
         device = training_device(hvd.local_rank())
     model = task.build_model(cfg)
     path = os.path.join(cfg.output_dir, "ckpt", f"model_step_{cfg.inference_model_step}.pt")
-    sd = torch.load(path, map_location="cpu")
+    try:
+        sd = torch.load(path, map_location="cpu")
+    except Exception as e:  # truncated/corrupt file: torch raises RuntimeError/EOFError/UnpicklingError
+        others = [s for s in available_steps(cfg.output_dir) if s != cfg.inference_model_step]
+        raise CheckpointError(f"{path} is unreadable ({one_line(e)}); it may be a truncated save: "
+                              f"pick another --inference_model_step (available: {others})") from e
     missing, unexpected = model.load_state_dict(sd, strict=False)
     if missing or unexpected:
-        raise RuntimeError(f"{path} does not match the model built from the stored config: missing "
-                           f"{missing[:5]}, unexpected {unexpected[:5]}")
+        raise CheckpointError(f"{path} does not match the model built from the stored config: missing "
+                              f"{missing[:5]}, unexpected {unexpected[:5]}")
     model.to(device)
     if cfg.fp16:
         from src.compat import amp
@@ -86,6 +92,20 @@ def inference_result_dir(cfg, prefix="results", with_clips=True):
     name = f"step_{cfg.inference_model_step}"
     if with_clips:
         name += f"_{cfg.inference_n_clips}_{cfg.score_agg_func}"
-    d = os.path.join(cfg.output_dir, f"{prefix}_{stem}", name)
-    os.makedirs(d, exist_ok=True)
-    return d
+    return os.path.join(cfg.output_dir, f"{prefix}_{stem}", name)
+
+
+def write_inference_outputs(result_dir: str, files: dict) -> None:
+    """Rank 0 writes ``files`` ({file name: JSON-able object}) into ``result_dir``, created now: called
+    once inference has succeeded, so a failed run neither leaves a result folder behind nor rewrites
+    the ``merged_args.json`` of an earlier good one."""
+    if hvd.rank() == 0:
+        write_rank_outputs(result_dir, files)
+
+
+def write_rank_outputs(result_dir: str, files: dict) -> None:
+    """Every rank writes its own ``files`` (e.g. ``results_rank{r}.json``) into ``result_dir``."""
+    os.makedirs(result_dir, exist_ok=True)
+    for name, obj in files.items():
+        with open(os.path.join(result_dir, name), "w") as f:
+            json.dump(obj, f, indent=None if name.startswith("results") else 4, default=str)

@@ -1,5 +1,6 @@
 """Logging in ClipBERT's layout: a module LOGGER, log.txt, a rank-0 tensorboardX writer, RunningMeter."""
 import logging
+import math
 import os
 
 from src.utils.misc import NoOp
@@ -47,7 +48,9 @@ class TensorboardLogger:
         self._writer = SummaryWriter(path)
 
     def add_scalar(self, tag, value, step=None):
-        if self._writer is not None:
+        """Non-finite values are left out (tensorboardX would warn and plot nothing useful); the log
+        lines report them."""
+        if self._writer is not None and math.isfinite(float(value)):
             self._writer.add_scalar(tag, value, self.global_step if step is None else step)
 
     def log_scalar_dict(self, log_dict, step=None):

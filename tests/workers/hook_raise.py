@@ -1,7 +1,10 @@
-"""A hook that raises on one rank only: ``hook_raise.py OUT_DIR RANK STEP``.
+"""A hook that raises on one rank only: ``hook_raise.py OUT_DIR RANK STEP [kill]``.
 
-The other ranks go on into the next step's collectives; the launcher must end the job.
+The other ranks go on into the next step's collectives; the launcher must end the job. With ``kill``
+the rank dies by SIGKILL instead (no exception, no clean-up: a node lost or an OOM kill).
 """
+import os
+import signal
 import sys
 
 import torch
@@ -19,10 +22,14 @@ class RaiseOnRank(Hook):
 
     def after_step(self, trainer, result):
         if trainer.rank == self.rank and trainer.global_step == self.step:
+            if KILL:
+                print(f"rank {trainer.rank} kills itself at step {trainer.global_step}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"hook failed on rank {trainer.rank} at step {trainer.global_step}")
 
 
 out, rank, step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+KILL = sys.argv[4:] == ["kill"]
 Trainer(toy_cfg(out, num_train_epochs=50, num_valid=1, min_valid_steps=1000, save_steps_ratio=1.0),
         ToyTask(n_train=32), hooks=[RaiseOnRank(rank, step)]).train()
 print(f"rank {hvd.rank()} finished training", flush=True)

@@ -1,0 +1,164 @@
+"""The run directory (``output_dir``): one training run at a time, and a rerun that never changes what an
+earlier run left there unless the user asks for it.
+
+* **Lock.** Rank 0 holds an exclusive ``flock`` on ``output_dir/.run.lock`` for the whole run (the
+  kernel releases it when the process dies, so a crash leaves no stale lock); a second training into
+  the same directory stops at once, naming the holder.
+* **Interrupted saves.** ``ckpt/*.tmp<pid>`` files left by a killed save are deleted at start (the lock
+  guarantees no other run is writing them).
+* **Rerun policy** (``--existing_run``), decided before anything in the directory is written:
+
+  ``resume`` (default)  the stored ``log/args.json`` must match this run's settings (keys that do not
+                        change what is trained, such as ``n_workers`` or ``log_interval``, aside); the
+                        run continues from ``ckpt/restore.pt``, or reports that it already finished.
+                        Other settings: a one-line error naming the differing keys and the choices.
+  ``extend``            keep the stored weights, optimizer state and step, and continue under the new
+                        settings (e.g. more epochs); the old ``args.json`` is kept as
+                        ``log/args.<time>.json``.
+  ``restart``           move everything the earlier run left (``log/``, ``ckpt/``, result folders) to
+                        ``previous_runs/<time>/`` and start from scratch.
+"""
+from __future__ import annotations
+
+import fcntl
+import glob
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import time
+
+from src.utils.errors import RunDirError
+
+logger = logging.getLogger(__name__)
+
+POLICIES = ("resume", "extend", "restart")
+LOCK_NAME = ".run.lock"
+# settings that may differ between the runs of one directory: how it runs, not what it trains
+RUNTIME_KEYS = frozenset({
+    "output_dir", "existing_run", "n_workers", "pin_mem", "log_interval", "dist_backend",
+    "do_inference", "inference_model_step", "inference_txt_db", "inference_img_db", "inference_batch_size",
+    "inference_n_clips", "val_batch_size", "eval_retrieval_batch_size", "skip_bad_videos",
+})
+# ClipBERT's derived keys that args.json carries next to the settings
+DERIVED_KEYS = frozenset({"num_train_steps", "valid_steps", "save_steps", "n_gpu"})
+
+
+def setting_differences(stored: dict, current: dict) -> dict[str, tuple]:
+    """``{key: (stored, current)}`` for the settings that differ (keys on one side only are skipped:
+    options added or removed between versions of this project)."""
+    out = {}
+    for k in sorted(set(stored) & set(current) - RUNTIME_KEYS - DERIVED_KEYS):
+        if stored[k] != current[k]:
+            out[k] = (stored[k], current[k])
+    return out
+
+
+def _fmt(diffs: dict[str, tuple], limit: int = 6) -> str:
+    shown = [f"{k} {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}"
+             for k, (a, b) in list(diffs.items())[:limit]]
+    more = f" (+{len(diffs) - limit} more)" if len(diffs) > limit else ""
+    return ", ".join(shown) + more
+
+
+class RunDirectory:
+    """``output_dir`` for one training run on rank 0: :meth:`acquire` (lock, clean-up, policy) and
+    :meth:`release`. Other ranks only learn the outcome (the trainer broadcasts it)."""
+
+    def __init__(self, output_dir: str, policy: str = "resume"):
+        if policy not in POLICIES:
+            raise RunDirError(f"existing_run={policy!r} is not one of {'|'.join(POLICIES)}")
+        self.dir, self.policy = output_dir, policy
+        self.log_dir, self.ckpt_dir = os.path.join(output_dir, "log"), os.path.join(output_dir, "ckpt")
+        self.args_path = os.path.join(self.log_dir, "args.json")
+        self._lock_file = None
+        self._extend_diffs: dict[str, tuple] = {}
+
+    # ------------------------------------------------------------------------------------------
+    def acquire(self, settings: dict) -> str:
+        """Create the directories, take the lock, clean up, apply the policy. Returns what happens to
+        an earlier run: 'new', 'resume', 'extend' or 'restart'."""
+        self._make_dirs()
+        self._lock()
+        self._remove_interrupted_saves()
+        if not os.path.exists(self.args_path):
+            return "new"
+        with open(self.args_path) as f:
+            stored = json.load(f)
+        diffs = setting_differences(stored, settings)
+        if self.policy == "restart":
+            self._archive()
+            return "restart"
+        if diffs and self.policy == "resume":
+            raise RunDirError(
+                f"{self.dir} holds a run with other settings ({_fmt(diffs)}); nothing was changed there. "
+                f"Use a new --output_dir, or --existing_run extend (continue that run's weights and step "
+                f"under the new settings) or --existing_run restart (move it to "
+                f"{os.path.join(self.dir, 'previous_runs')}/ and start again)")
+        self._extend_diffs = diffs if self.policy == "extend" else {}
+        return "extend" if self.policy == "extend" else "resume"
+
+    def keep_previous_args(self) -> None:
+        """``extend`` under new settings, once the run is accepted: the stored ``args.json`` is kept as
+        ``log/args.<time>.json`` before the trainer writes the new one."""
+        if self._extend_diffs:
+            kept = os.path.join(self.log_dir, f"args.{time.strftime('%Y%m%d-%H%M%S')}.json")
+            shutil.copy2(self.args_path, kept)
+            logger.warning("existing_run=extend: continuing the run in %s under new settings (%s); its "
+                           "previous args.json is kept as %s", self.dir, _fmt(self._extend_diffs), kept)
+            self._extend_diffs = {}
+
+    def release(self) -> None:
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+    # ------------------------------------------------------------------------------------------
+    def _make_dirs(self) -> None:
+        for d in (self.log_dir, self.ckpt_dir):
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as e:
+                raise RunDirError(f"cannot create {d}: {e.strerror or e}; give a writable "
+                                  f"--output_dir") from e
+            if not os.access(d, os.W_OK):
+                raise RunDirError(f"{d} is not writable; give a writable --output_dir")
+
+    def _lock(self) -> None:
+        path = os.path.join(self.dir, LOCK_NAME)
+        f = open(path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise RunDirError(f"{self.dir} is in use by another training run ({holder}); wait for it to "
+                              f"finish or use another --output_dir") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+                f"{' '.join(sys.argv)[:300]}\n")
+        f.flush()
+        self._lock_file = f
+
+    def _remove_interrupted_saves(self) -> None:
+        tmp = [p for p in glob.glob(os.path.join(self.ckpt_dir, "*.tmp*")) if os.path.isfile(p)]
+        if tmp:
+            size = sum(os.path.getsize(p) for p in tmp)
+            for p in tmp:
+                os.remove(p)
+            logger.warning("removed %d file(s) of interrupted checkpoint saves (%.1f MB) from %s", len(tmp),
+                           size / 2 ** 20, self.ckpt_dir)
+
+    def _archive(self) -> None:
+        dest = os.path.join(self.dir, "previous_runs", time.strftime("%Y%m%d-%H%M%S"))
+        os.makedirs(dest, exist_ok=True)
+        for name in sorted(os.listdir(self.dir)):
+            if name not in ("previous_runs", LOCK_NAME):
+                shutil.move(os.path.join(self.dir, name), os.path.join(dest, name))
+        self._make_dirs()
+        logger.warning("existing_run=restart: the earlier run in %s was moved to %s", self.dir, dest)
