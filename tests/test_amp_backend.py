@@ -64,3 +64,46 @@ def test_apex_backend_missing_or_bad_value(monkeypatch):
     monkeypatch.setenv("AMP_BACKEND", "fast")
     with pytest.raises(ValueError, match="AMP_BACKEND='fast'"):
         amp.initialize(mlp(), opt_level="O2")
+
+
+def test_apex_backend_counts_the_skips_apex_arms(monkeypatch):
+    """apex keeps no skip count; under AMP_BACKEND=apex num_skipped_steps() counts each scale_loss exit
+    that arms apex's skipping step (``_amp_stash.already_patched`` False -> True), once per arming,
+    so the engine's per-step ``skipped`` flag is not always False there."""
+    fake = types.ModuleType("apex.amp")
+    stash = types.SimpleNamespace(already_patched=False)
+
+    def initialize(models, optimizers=None, **kw):
+        optimizers._amp_stash = stash
+        return models, optimizers
+
+    class _CM:
+        def __init__(self, loss):
+            self.loss = loss
+
+        def __enter__(self):
+            return self.loss
+
+        def __exit__(self, *a):
+            if not torch.isfinite(self.loss):  # apex: overflow -> patch step (once until it runs)
+                stash.already_patched = True
+            return False
+
+    fake.initialize, fake.master_params = initialize, lambda opt: iter([])
+    fake.scale_loss = lambda loss, opts, **kw: _CM(loss)
+    pkg = types.ModuleType("apex")
+    pkg.amp = fake
+    monkeypatch.setitem(sys.modules, "apex", pkg)
+    monkeypatch.setitem(sys.modules, "apex.amp", fake)
+    monkeypatch.setenv("AMP_BACKEND", "apex")
+    opt = torch.optim.SGD(mlp().parameters(), lr=0.1)
+    amp.initialize(mlp(), opt, opt_level="O2")
+    seen = []
+    for loss, step_runs in [(1.0, True), (float("inf"), False), (float("inf"), True), (2.0, True),
+                            (float("inf"), True), (float("inf"), True)]:
+        with amp.scale_loss(torch.tensor(loss), opt):
+            pass
+        seen.append(amp.num_skipped_steps())
+        if step_runs:  # apex's skip_step puts the real step back
+            stash.already_patched = False
+    assert seen == [0, 1, 1, 1, 2, 3]

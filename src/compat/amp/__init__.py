@@ -21,7 +21,8 @@ torch functions process-wide with the user registry (``register_half_function``,
 ``float_function`` / ``promote_function`` decorators, ``disable_casts()``), ``step(closure)`` passed
 through wherever there are no master weights, and the "Gradient overflow.  Skipping step, loss
 scaler N reducing loss scale to X" message on every rank. With ``AMP_BACKEND=apex`` and a real
-legacy ``apex.amp`` importable, every call is delegated to apex.
+legacy ``apex.amp`` importable, every call is delegated to apex (``num_skipped_steps()``, which apex
+lacks, counts the skipping steps apex arms).
 
 Layout (every module shares the one module-level state object, ``_state._amp_state``):
 

@@ -138,6 +138,23 @@ def _native_scale_loss(loss, optimizers, loss_id, delay_unscale, delay_overflow_
     _finish(opts, stashes, scaler, scale, loss_id, delay_overflow_check)
 
 
+def _apex_armed(opts: list) -> list[bool]:
+    """Which optimizers have apex's one-shot skipping ``step`` armed (``_amp_stash.already_patched``)."""
+    return [bool(getattr(getattr(o, "_amp_stash", None), "already_patched", False)) for o in opts]
+
+
+def _apex_scale_loss(loss, optimizers, loss_id, model, delay_unscale, delay_overflow_check):
+    """Delegate to apex's ``scale_loss``, counting the skips it arms: apex keeps no count, and
+    ``num_skipped_steps()`` (the engine's skipped flag and total) must not read 0 under apex."""
+    opts = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
+    before = _apex_armed(opts)
+    with _amp_state.backend.scale_loss(loss, optimizers, loss_id=loss_id, model=model,
+                                       delay_unscale=delay_unscale,
+                                       delay_overflow_check=delay_overflow_check) as s:
+        yield s
+    _amp_state.skipped_steps += sum(a and not b for a, b in zip(_apex_armed(opts), before))
+
+
 @contextlib.contextmanager
 def scale_loss(loss: torch.Tensor, optimizers: Optimizers, loss_id: int = 0,
                model: torch.nn.Module | None = None, delay_unscale: bool = False,
@@ -153,10 +170,7 @@ def scale_loss(loss: torch.Tensor, optimizers: Optimizers, loss_id: int = 0,
                            "model, optimizer = amp.initialize(model, optimizer, opt_level=...) must be "
                            "called before `with amp.scale_loss`.")
     if _amp_state.backend is not None:
-        with _amp_state.backend.scale_loss(loss, optimizers, loss_id=loss_id, model=model,
-                                           delay_unscale=delay_unscale,
-                                           delay_overflow_check=delay_overflow_check) as s:
-            yield s
+        yield from _apex_scale_loss(loss, optimizers, loss_id, model, delay_unscale, delay_overflow_check)
         return
     if not _amp_state.opt_properties.enabled:
         yield loss
