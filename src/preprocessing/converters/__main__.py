@@ -1,0 +1,93 @@
+"""Command line of the annotation converters (see the package docstring for the commands).
+
+Each subcommand writes its files under --output_dir and prints one line per file with its row count;
+a bad input row prints `error: path:line: reason` and exits 1.
+"""
+import argparse
+import os
+import sys
+
+from src.preprocessing.converters import msrvtt, msrvtt_qa, tgif_qa
+from src.preprocessing.converters.common import write_json, write_jsonl
+
+
+def _write_rows(out_dir, names_rows, log):
+    for name, rows in names_rows:
+        n = write_jsonl(os.path.join(out_dir, name), rows)
+        log(f"{os.path.join(out_dir, name)}: {n} rows")
+
+
+def _write_vocab(path, ans2label, n_train_answers, log):
+    write_json(path, ans2label)
+    log(f"{path}: {len(ans2label)} answers (of {n_train_answers} distinct training answers)")
+
+
+def run_msrvtt_ret(a, log):
+    rows = msrvtt.convert_retrieval(a.videodata, a.test_csv, a.train_list, a.n_val_videos, a.seed)
+    _write_rows(a.output_dir, [(f"{s}.jsonl", rows[s]) for s in ("train", "val", "test")], log)
+    if a.mc_csv:
+        _write_rows(a.output_dir, [("msrvtt_mc_test.jsonl", msrvtt.convert_mc(a.mc_csv))], log)
+
+
+def run_msrvtt_qa(a, log):
+    paths = {s: os.path.join(a.raw_dir, f"{s}_qa.json") for s in ("train", "val", "test")}
+    paths = {s: p for s, p in paths.items() if s == "train" or os.path.isfile(p)}
+    rows, ans2label = msrvtt_qa.convert_msrvtt_qa(paths, a.top_k)
+    _write_rows(a.output_dir, [(f"{s}.jsonl", r) for s, r in rows.items()], log)
+    n_distinct = len({r["answer"] for r in rows["train"]})
+    _write_vocab(os.path.join(a.output_dir, "train_ans2label.json"), ans2label, n_distinct, log)
+
+
+def run_tgif_qa(a, log):
+    for task in a.tasks:
+        train_csv = os.path.join(a.raw_dir, f"Train_{task}_question.csv")
+        test_csv = os.path.join(a.raw_dir, f"Test_{task}_question.csv")
+        rows, ans2label = tgif_qa.convert_tgif_qa(task, train_csv, test_csv, a.val_ratio, a.top_k, a.seed)
+        _write_rows(a.output_dir, [(f"{task}_{s}.jsonl", rows[s]) for s in ("train", "val", "test")], log)
+        if ans2label is not None:
+            n_distinct = len({r["answer"] for r in rows["train"] + (rows["val"] if a.val_ratio else [])})
+            _write_vocab(os.path.join(a.output_dir, "frameqa_trainval_ans2label.json"), ans2label,
+                         n_distinct, log)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m src.preprocessing.converters", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="dataset", required=True)
+    r = sub.add_parser("msrvtt_ret", help="MSRVTT retrieval (+ MSRVTT-MC with --mc_csv)")
+    r.add_argument("--videodata", nargs="+", required=True,
+                   help="train_val_videodata.json [test_videodata.json] or MSRVTT_data.json")
+    r.add_argument("--test_csv", required=True, help="the 1k-A split, MSRVTT_JSFUSION_test.csv")
+    r.add_argument("--train_list", help="MSRVTT_train.7k.csv or MSRVTT_train.9k.csv (default: official "
+                                        "train+validate videos)")
+    r.add_argument("--n_val_videos", type=int, default=0, help="hold out this many training videos as "
+                                                                "val.jsonl (0: val.jsonl = the 1k-A test)")
+    r.add_argument("--mc_csv", help="MSR_MC_test.csv -> msrvtt_mc_test.jsonl")
+    q = sub.add_parser("msrvtt_qa", help="MSRVTT-QA ({train,val,test}_qa.json)")
+    q.add_argument("--raw_dir", required=True, help="folder with train_qa.json, val_qa.json, test_qa.json")
+    q.add_argument("--top_k", type=int, default=msrvtt_qa.DEFAULT_TOP_K, help="answer vocabulary size")
+    t = sub.add_parser("tgif_qa", help="TGIF-QA (Train_/Test_{task}_question.csv)")
+    t.add_argument("--raw_dir", required=True, help="tgif-qa's dataset/ folder")
+    t.add_argument("--tasks", nargs="+", choices=tgif_qa.TASKS, default=list(tgif_qa.TASKS))
+    t.add_argument("--val_ratio", type=float, default=0.0, help="fraction of training GIFs held out as "
+                                                                 "{task}_val.jsonl (0: val = test)")
+    t.add_argument("--top_k", type=int, default=tgif_qa.DEFAULT_TOP_K, help="frameqa answer vocabulary size")
+    for s in (r, q, t):
+        s.add_argument("--output_dir", required=True)
+        s.add_argument("--seed", type=int, default=42)
+    return p
+
+
+def main(argv=None, log=print):
+    args = build_parser().parse_args(argv)
+    run = {"msrvtt_ret": run_msrvtt_ret, "msrvtt_qa": run_msrvtt_qa, "tgif_qa": run_tgif_qa}[args.dataset]
+    try:
+        run(args, log)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
