@@ -4,21 +4,66 @@
         --file_type video --num_workers 4 [--verify]
     python -m src.preprocessing.file2lmdb --lmdb_save_dir OUT --file_type video --verify
 
+With --fps/--short_side/--max_seconds/--crf each video is re-encoded first (video_compress: H.264,
+yuv420p, even size), in --num_workers processes; --resume adds only the files whose key is missing.
+A progress bar (plain lines when stderr is no terminal) shows the ETA; a summary lists videos, bytes
+in/out and every failed file with its reason.
+
 Fixes over ClipBERT: duplicate stems are refused (listed) instead of silently overwriting each
 other; images keep their original bytes (no lossy JPEG re-encode); writes go in batched
 transactions and the map size grows when full instead of reserving 1 TiB; counts and failed
 files are reported; `--verify` re-opens every value and reports the undecodable ones.
 """
 import argparse
+import functools
 import io
+import json
 import os
 import sys
+import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import lmdb
 
+from src.preprocessing.video_compress import CompressSettings, compress_video
+
 _INITIAL_MAP_SIZE = 64 * 1024 ** 2
+SETTINGS_FILE = "file2lmdb_settings.json"
+
+
+class Progress:
+    """A tqdm bar with rate and ETA on a terminal; elsewhere (logs, launchers that prefix every
+    line) one plain line every `interval` seconds, since carriage-return redraws pile up there."""
+
+    def __init__(self, total, desc, enabled=True, log=print, interval=30.0, stream=sys.stderr):
+        self.total, self.desc, self.log, self.interval = total, desc, log, interval
+        self.n, self.start, self.last = 0, time.monotonic(), time.monotonic()
+        self.bar = None
+        self.enabled = enabled and total > 0
+        if self.enabled and stream.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc=desc, unit="file", file=stream, smoothing=0.1)
+
+    def line(self):
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        rate = self.n / elapsed
+        eta = (self.total - self.n) / rate if rate > 0 else float("inf")
+        eta_s = time.strftime("%H:%M:%S", time.gmtime(eta)) if eta != float("inf") else "?"
+        return f"{self.desc}: {self.n}/{self.total} files, {rate:.2f} files/s, ETA {eta_s}"
+
+    def update(self, k=1):
+        self.n += k
+        if self.bar is not None:
+            self.bar.update(k)
+        elif self.enabled and (time.monotonic() - self.last >= self.interval or self.n == self.total):
+            self.last = time.monotonic()
+            self.log(self.line())
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
 
 
 class LMDBWriter:
@@ -126,10 +171,71 @@ def _read(path):
     return path, data, None
 
 
-def build_lmdb(data_root, lmdb_save_dir, exts, file_type="video", num_workers=4, log=print):
-    """Write every matching file into a new LMDB. Returns (n_written, [(path, reason)] failed)."""
-    if os.path.isdir(lmdb_save_dir) and os.listdir(lmdb_save_dir):
-        raise FileExistsError(f"--lmdb_save_dir {lmdb_save_dir} is not empty; choose a new directory")
+def _read_and_compress(path, settings):
+    """(path, value or None, input bytes, failure reason or None); runs in a worker process."""
+    _, data, err = _read(path)
+    if err:
+        return path, None, 0, err
+    try:
+        return path, compress_video(data, settings), len(data), None
+    except Exception as e:  # a bad input video is reported, never stored or silently dropped
+        return path, None, len(data), f"{type(e).__name__}: {e}"
+
+
+def _read_raw(path):
+    path, data, err = _read(path)
+    return path, data, len(data) if data else 0, err
+
+
+@dataclass
+class Summary:
+    """What a build did: files found, skipped (already stored), written, failed [(path, reason)],
+    and the bytes read from the written/failed inputs vs the bytes stored."""
+    found: int = 0
+    skipped: int = 0
+    written: int = 0
+    failed: list = field(default_factory=list)
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+    def lines(self, file_type):
+        ratio = f" ({self.bytes_out / self.bytes_in:.3f}x)" if self.bytes_in else ""
+        return [f"{file_type} files: {self.found} found, {self.skipped} already stored (skipped), "
+                f"{self.written} written, {len(self.failed)} failed",
+                f"bytes in {_mb(self.bytes_in)} -> stored {_mb(self.bytes_out)}{ratio}"]
+
+
+def _mb(n):
+    return f"{n / 1024 ** 2:.1f} MB"
+
+
+def _check_target(lmdb_save_dir, settings, resume):
+    """Existing keys when resuming into a store made with the same settings; else the dir must be empty."""
+    state = os.path.join(lmdb_save_dir, SETTINGS_FILE)
+    has_store = os.path.isfile(os.path.join(lmdb_save_dir, "data.mdb"))
+    if not resume:
+        if os.path.isdir(lmdb_save_dir) and os.listdir(lmdb_save_dir):
+            raise FileExistsError(f"--lmdb_save_dir {lmdb_save_dir} is not empty; choose a new directory "
+                                  f"or pass --resume to add the missing files")
+        return set()
+    if not has_store:
+        return set()
+    old = {"compress": None}  # stores written before this file existed were raw bytes
+    if os.path.isfile(state):
+        with open(state) as f:
+            old = json.load(f)
+    if old.get("compress") != settings:
+        raise ValueError(f"--resume: {lmdb_save_dir} was built with compression {old.get('compress')}, "
+                         f"not {settings}; use the same options or a new directory")
+    env = lmdb.open(lmdb_save_dir, readonly=True, lock=False, subdir=True)  # closed before writing
+    try:
+        with env.begin() as txn:
+            return {k.decode("utf-8") for k in txn.cursor().iternext(keys=True, values=False)}
+    finally:
+        env.close()
+
+
+def _collect(data_root, exts):
     paths = collect_files(data_root, exts)
     if not paths:
         raise FileNotFoundError(f"no files ending with {exts} under --data_root {data_root}")
@@ -138,20 +244,52 @@ def build_lmdb(data_root, lmdb_save_dir, exts, file_type="video", num_workers=4,
         lines = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(dups.items())[:20])
         raise ValueError(f"{len(dups)} file stems occur more than once (the LMDB key is the stem, so they "
                          f"would overwrite each other); rename them: {lines}")
-    failed = []
-    with LMDBWriter(lmdb_save_dir) as writer, ThreadPoolExecutor(max(1, num_workers)) as pool:
-        for i, (path, data, err) in enumerate(pool.map(_read, paths)):
+    return paths
+
+
+def _pool(compress, num_workers):
+    if compress is None:  # raw bytes: I/O bound, threads suffice
+        return ThreadPoolExecutor(max(1, num_workers)), _read_raw
+    return ProcessPoolExecutor(max(1, num_workers)), functools.partial(_read_and_compress, settings=compress)
+
+
+def build_lmdb_summary(data_root, lmdb_save_dir, exts, file_type="video", num_workers=4, compress=None,
+                       resume=False, progress=True, log=print):
+    """Write every matching file into the LMDB (re-encoded by `compress`, a CompressSettings, if given).
+    With `resume`, keys already in the store are skipped. Returns a Summary."""
+    if compress is not None and file_type != "video":
+        raise ValueError("--fps/--short_side/--max_seconds/--crf re-encode videos; not for --file_type image")
+    settings = compress.as_dict() if compress is not None else None
+    paths = _collect(data_root, exts)
+    existing = _check_target(lmdb_save_dir, settings, resume)
+    todo = [p for p in paths if file_stem(p) not in existing]
+    summary = Summary(found=len(paths), skipped=len(paths) - len(todo))
+    os.makedirs(lmdb_save_dir, exist_ok=True)
+    with open(os.path.join(lmdb_save_dir, SETTINGS_FILE), "w") as f:
+        json.dump({"file_type": file_type, "compress": settings}, f)
+    pool, fn = _pool(compress, num_workers)
+    bar = Progress(len(todo), "file2lmdb", enabled=progress, log=log)
+    with LMDBWriter(lmdb_save_dir) as writer, pool:
+        for path, value, n_in, err in pool.map(fn, todo):
+            summary.bytes_in += n_in
             if err:
-                failed.append((path, err))
-                continue
-            writer.put(file_stem(path), data)
-            if (i + 1) % 1000 == 0:
-                log(f"{i + 1}/{len(paths)} files read")
-        n = writer.n_written + len(writer._pending)
-    if failed:
+                summary.failed.append((path, err))
+            else:
+                writer.put(file_stem(path), value)
+                summary.written += 1
+                summary.bytes_out += len(value)
+            bar.update(1)
+    bar.close()
+    if summary.failed:
         with open(os.path.join(lmdb_save_dir, "error_filepaths.log"), "w") as f:
-            f.writelines(f"{p}\t{r}\n" for p, r in failed)
-    return n, failed
+            f.writelines(f"{p}\t{r}\n" for p, r in summary.failed)
+    return summary
+
+
+def build_lmdb(data_root, lmdb_save_dir, exts, file_type="video", num_workers=4, log=print, **kw):
+    """build_lmdb_summary returning (n_written, [(path, reason)] failed) (ClipBERT-era callers)."""
+    s = build_lmdb_summary(data_root, lmdb_save_dir, exts, file_type, num_workers, log=log, **kw)
+    return s.written, s.failed
 
 
 def verify_lmdb(lmdb_save_dir, file_type="video", num_workers=4):
@@ -165,27 +303,62 @@ def verify_lmdb(lmdb_save_dir, file_type="video", num_workers=4):
     return len(items), bad
 
 
-def main(argv=None):
+def _parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data_root", help="folder searched recursively for input files")
     p.add_argument("--lmdb_save_dir", required=True, help="new (empty) LMDB directory")
     p.add_argument("--ext", nargs="+", default=["mp4"], help="file name endings, e.g. mp4 avi")
     p.add_argument("--file_type", choices=["video", "image"], default="video")
-    p.add_argument("--num_workers", type=int, default=4)
+    p.add_argument("--num_workers", type=int, default=4, help="parallel readers / encoder processes")
     p.add_argument("--verify", action="store_true", help="decode-check every stored value")
+    p.add_argument("--resume", action="store_true", help="add to an existing store, skipping stored keys")
+    p.add_argument("--no_progress", action="store_true", help="no progress bar / progress lines")
+    g = p.add_argument_group("re-encoding (any of these re-encodes each video with libx264 before storing)")
+    g.add_argument("--fps", type=float, help="keep at most this many frames per second")
+    g.add_argument("--short_side", type=int, help="downscale so the shorter side is at most this")
+    g.add_argument("--max_seconds", type=float, help="keep only the first seconds of each video")
+    g.add_argument("--crf", type=int, help="x264 quality, 0-51, lower is better (default 23)")
+    return p
+
+
+def _compress_settings(args, p):
+    if all(v is None for v in (args.fps, args.short_side, args.max_seconds, args.crf)):
+        return None
+    for name in ("fps", "short_side", "max_seconds"):
+        v = getattr(args, name)
+        if v is not None and not v > 0:
+            p.error(f"--{name} must be > 0, got {v}")
+    if args.crf is not None and not 0 <= args.crf <= 51:
+        p.error(f"--crf must be in 0..51, got {args.crf}")
+    return CompressSettings(args.fps, args.short_side, args.max_seconds,
+                            23 if args.crf is None else args.crf)
+
+
+def _build(args, compress):
+    try:
+        s = build_lmdb_summary(args.data_root, args.lmdb_save_dir, args.ext, args.file_type,
+                               args.num_workers, compress=compress, resume=args.resume,
+                               progress=not args.no_progress)
+    except (ValueError, FileExistsError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {s.written} {args.file_type} files to {args.lmdb_save_dir}; {len(s.failed)} failed")
+    for line in s.lines(args.file_type):
+        print(line)
+    for path, reason in s.failed:
+        print(f"failed: {path}: {reason}")
+    return 1 if s.failed else 0
+
+
+def main(argv=None):
+    p = _parser()
     args = p.parse_args(argv)
+    compress = _compress_settings(args, p)
     rc = 0
     if args.data_root:
-        try:
-            n, failed = build_lmdb(args.data_root, args.lmdb_save_dir, args.ext, args.file_type,
-                                   args.num_workers)
-        except (ValueError, FileExistsError, FileNotFoundError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        print(f"wrote {n} {args.file_type} files to {args.lmdb_save_dir}; {len(failed)} failed")
-        for path, reason in failed:
-            print(f"failed: {path}: {reason}")
-        rc = 1 if failed else 0
+        rc = _build(args, compress)
+        if rc == 2:
+            return rc
     elif not args.verify:
         p.error("give --data_root to build a store, or --verify to check an existing one")
     if args.verify:
