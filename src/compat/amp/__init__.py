@@ -96,6 +96,15 @@ Deliberate differences from apex, and why:
 * **O2 ``zero_grad(set_to_none=False)``** zeroes model grads (apex) unless ``set_to_none=True``, always
   sets master grads to None, and keeps Horovod's "zero_grad before synchronize" guard that apex's
   replacement silently removed.
+* **The overflow check is elementwise** (inf/NaN in any gradient element), as apex's fused ``amp_C``
+  kernel did. apex's Python fallback (apex built without ``--cuda_ext``) tested each gradient's fp32
+  *sum* instead, so it also skipped for finite gradients whose sum overflowed, and stopped unscaling
+  at the first overflowing tensor, leaving the other master grads uninitialised (``empty_like``);
+  here every master grad holds its unscaled, possibly non-finite, value, so a grad norm taken before
+  a skipped step is inf/NaN. ``max_loss_scale=None`` means no cap (apex: TypeError).
+* **The skipping ``step`` clears a Horovod optimizer's "synchronized" flag**, as a real step would
+  (apex's skip left it set, so Horovod's next plain ``step()`` warned about a missing
+  ``skip_synchronize()``).
 * Casting of forward inputs/outputs rebuilds lists, tuples (namedtuples too) and sets, keeps the type
   of mutable Mappings such as OrderedDict or transformers' ``ModelOutput`` (apex returned a plain dict,
   losing attribute access) and passes other iterables through (apex tried ``type(x)(...)``, which
