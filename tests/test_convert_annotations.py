@@ -259,7 +259,8 @@ def test_converted_files_load_through_builders(tmp_path):
     r = txt / "ret"
     ret = dict(base, train_datasets=[{"name": "m", "img": vids, "txt": str(r / "train.jsonl")}],
                val_datasets=[{"name": "m", "img": vids, "txt": {
-                   "retrieval": str(r / "val.jsonl"), "msrvtt_mc": str(r / "msrvtt_mc_test.jsonl")}}])
+                   "retrieval": str(r / "val.jsonl"),
+                   "msrvtt_mc": str(r / "msrvtt_retrieval_mc_test.jsonl")}}])
     ds, _ = build_retrieval_datasets(ret, "train")
     assert len(ds) == 3  # groups: video0 (2 captions), video1, video2
     ds, _ = build_mc_dataset(ret, "val")

@@ -26,7 +26,7 @@ def run_msrvtt_ret(a, log):
     rows = msrvtt.convert_retrieval(a.videodata, a.test_csv, a.train_list, a.n_val_videos, a.seed)
     _write_rows(a.output_dir, [(f"{s}.jsonl", rows[s]) for s in ("train", "val", "test")], log)
     if a.mc_csv:
-        _write_rows(a.output_dir, [("msrvtt_mc_test.jsonl", msrvtt.convert_mc(a.mc_csv))], log)
+        _write_rows(a.output_dir, [("msrvtt_retrieval_mc_test.jsonl", msrvtt.convert_mc(a.mc_csv))], log)
 
 
 def run_msrvtt_qa(a, log):
@@ -62,7 +62,7 @@ def build_parser():
                                         "train+validate videos)")
     r.add_argument("--n_val_videos", type=int, default=0, help="hold out this many training videos as "
                                                                 "val.jsonl (0: val.jsonl = the 1k-A test)")
-    r.add_argument("--mc_csv", help="MSR_MC_test.csv -> msrvtt_mc_test.jsonl")
+    r.add_argument("--mc_csv", help="MSR_MC_test.csv -> msrvtt_retrieval_mc_test.jsonl")
     q = sub.add_parser("msrvtt_qa", help="MSRVTT-QA ({train,val,test}_qa.json)")
     q.add_argument("--raw_dir", required=True, help="folder with train_qa.json, val_qa.json, test_qa.json")
     q.add_argument("--top_k", type=int, default=msrvtt_qa.DEFAULT_TOP_K, help="answer vocabulary size")
