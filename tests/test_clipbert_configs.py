@@ -150,12 +150,18 @@ def test_every_clipbert_config_is_classified():
     assert not set(COUNTERPARTS) & set(MISSING)
 
 
-def test_our_defaults_are_clipberts():
-    """A key a config leaves out gets our schema's default: it must be ClipBERT's."""
+def test_our_defaults_are_clipberts(monkeypatch):
+    """A key a config leaves out gets our schema's default: it must be ClipBERT's. The one deliberate
+    exception, n_workers, is unset and resolves to ClipBERT's 4 wherever a process has 4 cores."""
+    from src.utils.device import num_workers
     for method, task in (("get_video_retrieval_args", "retrieval"), ("get_video_qa_args", "video_qa")):
         opts = task_options(task)
         for k, v in {**DEFAULTS["__init__"], **DEFAULTS[method]}.items():
-            if k != "config":
+            if k == "n_workers":
+                assert opts[k].default is None
+                monkeypatch.setattr("src.utils.device.cpus_per_process", lambda: 16)
+                assert num_workers(opts[k].default) == v == 4
+            elif k != "config":
                 assert opts[k].default == (bool(v) if k in ZERO_ONE else v), (task, k)
 
 

@@ -208,3 +208,31 @@ def test_gpu_configs_parse(name, tmp_path):
     for key in ("train_datasets", "val_datasets"):
         entry = raw[key][0]
         assert entry["img"].startswith("/img/") and entry["txt"][cfg.task].startswith("/txt/")
+
+
+def test_score_your_own_videos_answers_questions(frameqa_run, tmp_path, capsys):
+    """score_videos on a frameqa run: per video, the top answers with probabilities; the top answer is
+    the one inference predicts for the same video and question."""
+    from src.datasets.lmdb_store import LMDBStore
+    from src.tasks.score_videos import main as score_main
+    r = frameqa_run
+    rows = [json.loads(x) for x in open(r["data"] / "txt/frameqa_val.jsonl")]
+    vid_key = "gif_name" if "gif_name" in rows[0] else "video_id"
+    row = rows[0]
+    store = LMDBStore(str(r["data"] / "vis_db"))
+    (tmp_path / f"{row[vid_key]}.mp4").write_bytes(store.get(row[vid_key]))
+    assert score_main(["--output_dir", str(r["out"]), "--videos", str(tmp_path / f"{row[vid_key]}.mp4"),
+                       "--questions", row["question"], "--json", "--top_k", "3",
+                       "--inference_model_step", "6"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (q,) = out["videos"][row[vid_key]]["questions"]
+    probs = [a["prob"] for a in q["answers"]]
+    assert q["question"] == row["question"] and len(probs) == 3 and probs == sorted(probs, reverse=True)
+    assert 0 < sum(probs) <= 1.0001
+    txt = tmp_path / "one.jsonl"
+    txt.write_text(json.dumps(row) + "\n")
+    assert _infer(r["out"], txt, "--inference_model_step", "6", config=r["cfg"]["frameqa"],
+                  img=r["data"] / "vis_db") == 0
+    (pred,) = _load(r["out"] / "results_one" / "step_6_1_mean" / "results_all.json")
+    label2ans = {v: k for k, v in _load(r["data"] / "txt/ans2label.json").items()}
+    assert q["answers"][0]["answer"] == label2ans[pred["answer"]]

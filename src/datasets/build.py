@@ -18,7 +18,7 @@ import logging
 import random
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from src.config import with_defaults
 from src.datasets.data_utils import mk_input_group
@@ -49,10 +49,10 @@ def load_tokenizer(tokenizer_dir: str) -> "BertTokenizerFast":
     """BertTokenizerFast from a local directory (vocab.txt / tokenizer.json); ``pkg:`` paths allowed."""
     from transformers import BertTokenizerFast
 
-    from src.utils.pretrained_paths import resolve_path
+    from src.utils.pretrained_paths import local_path
     if not tokenizer_dir:
         raise ValueError("config key tokenizer_dir is missing; point it at a folder with vocab.txt")
-    tokenizer_dir = resolve_path(tokenizer_dir)
+    tokenizer_dir = local_path(tokenizer_dir, "tokenizer_dir")
     try:
         return BertTokenizerFast.from_pretrained(tokenizer_dir)
     except Exception as e:
@@ -132,12 +132,12 @@ def _eval_clips(cfg):
 
 
 def build_retrieval_datasets(
-        cfg: Mapping[str, Any], split: str,
+        cfg: Mapping[str, Any], split: str, vid_ids: Optional[list[str]] = None,
 ) -> tuple[Union[VideoRetrievalDataset, VideoRetrievalEvalDataset], VideoRetrievalCollator]:
     """(dataset, collator) for retrieval. split "train": VideoRetrievalDataset over groups of
     `max_n_example_per_group` captions with `itm_neg_size` negatives; "val"/"inference":
     VideoRetrievalEvalDataset (batch_size 1; captions chunked by eval_retrieval_batch_size or
-    inference_batch_size)."""
+    inference_batch_size; ``vid_ids`` adds videos to score beyond the ground truth)."""
     cfg = with_defaults(cfg, "retrieval")
     txt, img, name = _txt_img(cfg, split, "retrieval")
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("caption", "clip_name"),
@@ -155,7 +155,7 @@ def build_retrieval_datasets(
                                    **_common(cfg, f"{name}_train", True), **_train_clips(cfg))
     else:
         bs_key = "inference_batch_size" if split == "inference" else "eval_retrieval_batch_size"
-        ds = VideoRetrievalEvalDataset(examples, img, caption_batch_size=cfg[bs_key],
+        ds = VideoRetrievalEvalDataset(examples, img, caption_batch_size=cfg[bs_key], vid_ids=vid_ids,
                                        **_common(cfg, f"{name}_{split}", False), **_eval_clips(cfg))
     return ds, collator
 

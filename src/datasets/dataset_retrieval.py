@@ -72,13 +72,15 @@ class VideoRetrievalEvalDataset(VideoDatasetBase):
         datalist: [{id, txt, vid_id}] with id == row index (see mk_retrieval_examples).
         caption_batch_size: captions per item (ClipBERT eval_retrieval_batch_size /
             inference_batch_size); None = all captions in one item.
+        vid_ids: the videos to score every caption against (default: the captions' ground-truth
+            videos); more videos are distractors, as when scoring a folder of one's own videos.
         Other args: see VideoDatasetBase (is_train=False; skip_bad_videos decides failure).
     Attributes for the evaluator: gt_cap_id2vid_id {caption id: vid_id}, id2data {id: row},
         vid_ids (distinct, ordered).
     Item: {vid, examples [{text_str, id}], n_examples, vid_id, bad_videos}.
     """
 
-    def __init__(self, datalist, img_lmdb_dir, caption_batch_size=None, **kw):
+    def __init__(self, datalist, img_lmdb_dir, caption_batch_size=None, vid_ids=None, **kw):
         kw.setdefault("is_train", False)
         kw.setdefault("name", "retrieval_eval")
         super().__init__(datalist, img_lmdb_dir, **kw)
@@ -87,7 +89,7 @@ class VideoRetrievalEvalDataset(VideoDatasetBase):
                 raise ValueError(f"{self.name}: caption ids must equal row indices; row {i} has id {d['id']}")
         self.gt_cap_id2vid_id = {d["id"]: d["vid_id"] for d in datalist}
         self.id2data = {d["id"]: d for d in datalist}
-        self.vid_ids = list(OrderedDict.fromkeys(d["vid_id"] for d in datalist))
+        self.vid_ids = list(OrderedDict.fromkeys([d["vid_id"] for d in datalist] + list(vid_ids or [])))
         texts = [{"text_str": d["txt"], "id": d["id"]} for d in datalist]
         bs = caption_batch_size or len(texts)
         self.caption_chunks = [texts[i:i + bs] for i in range(0, len(texts), bs)]

@@ -108,6 +108,14 @@ def eval_retrieval(vid_txt_score_dicts: Iterable[Mapping[str, Any]], gt_txt_id2v
     return {"text2video": _metrics(t2v), "video2text": _metrics(v2t)}
 
 
+def with_rsum(metrics: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """``metrics`` plus ``rsum`` (R@1 + R@5 + R@10 of both directions, as VSE++ and the
+    image-text retrieval literature report it) and ``r_mean`` (rsum / 6): one number to select
+    checkpoints by (``--best_metric rsum``)."""
+    rsum = sum(metrics[d][k] for d in ("text2video", "video2text") for k in ("r1", "r5", "r10"))
+    return {**metrics, "rsum": rsum, "r_mean": rsum / 6}
+
+
 def retrieval_coverage(vid_txt_score_dicts: Iterable[Mapping[str, Any]], gt_txt_id2vid_id: Mapping[Any, Any],
                        skipped_vid_ids: Iterable[Any] = ()) -> dict[str, int]:
     """The denominators behind :func:`eval_retrieval`: texts and videos evaluated out of the total."""

@@ -18,7 +18,7 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertEncoder, 
 from src.compat.layer_norm import FusedLayerNorm
 from src.modeling.backbone import convert_c2_names, is_c2_state_dict
 from src.utils.load_save import load_state_dict_file, load_state_dict_with_mismatch, unwrap_state_dict
-from src.utils.pretrained_paths import find_weights_file, resolve_path
+from src.utils.pretrained_paths import find_weights_file, local_path, resolve_path
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class ClipBert(nn.Module):
             self.load_summaries["cnn"] = load_state_dict_with_mismatch(
                 self.cnn, sd, ignore_prefixes=tuple("feature." + p for p in _CNN_IGNORE), source=path)
         if bert_weights_path:
-            path = find_weights_file(resolve_path(bert_weights_path))
+            path = find_weights_file(local_path(bert_weights_path, "bert_weights_path"))
             mapped = map_bert_keys(unwrap_state_dict(load_state_dict_file(path)))
             self.load_summaries["bert"] = load_state_dict_with_mismatch(
                 self.transformer, mapped, ignore_prefixes=BERT_IGNORE_PREFIXES, source=path)

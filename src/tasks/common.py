@@ -28,9 +28,11 @@ from src.datasets.loaders import PrefetchLoader, build_img_norm
 from src.modeling.build import build_model
 from src.modeling.heads import aggregate_clip_logits, clip_aggregated_loss
 from src.training.engine import Hook, Task, Trainer
+from src.utils.device import num_workers
 from src.utils.distributed import all_gather_list
 from src.utils.errors import UserError, one_line
 from src.utils.logger import setup_logging
+from src.utils.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +130,7 @@ class ClipBertTask(Task):
             indices = shard_indices(len(dataset), hvd.rank(), hvd.size())
         pin = bool(cfg.pin_mem) and torch.cuda.is_available()
         loader = DataLoader(dataset, batch_size=batch_size, sampler=indices, collate_fn=collate_fn,
-                            num_workers=cfg.n_workers, pin_memory=pin, drop_last=False)
+                            num_workers=num_workers(cfg.n_workers), pin_memory=pin, drop_last=False)
         return PrefetchLoader(loader, self.img_norm(cfg), self.device())
 
     # -- inference ---------------------------------------------------------------------------
@@ -139,9 +141,15 @@ class ClipBertTask(Task):
 
         Returns ``(model, result_dir)``.
         """
-        from src.training.inference import inference_result_dir, load_trained_model, prepare_inference_config
-        if not cfg.output_dir:
-            raise ValueError("--output_dir must point at the training run to run inference from")
+        from src.training.inference import (
+            checkpoint_mode,
+            inference_result_dir,
+            load_trained_model,
+            prepare_inference_config,
+        )
+        if not cfg.output_dir and not cfg.e2e_weights_path:
+            raise ValueError("--output_dir must point at the training run to run inference from (or give "
+                             "--e2e_weights_path FILE to evaluate a checkpoint file)")
         if not cfg.inference_txt_db:
             raise ValueError("--inference_txt_db is not set: give the annotation file to run inference on")
         raw = copy.deepcopy(cfg.to_dict())
@@ -149,8 +157,9 @@ class ClipBertTask(Task):
         model = load_trained_model(cfg, self)
         result_dir = inference_result_dir(cfg, prefix=prefix)
         self._inference_args = {"raw_args.json": raw, "merged_args.json": copy.deepcopy(cfg.to_dict())}
-        logger.info("inference: step %d, %d clip(s), %s aggregation, results -> %s",
-                    cfg.inference_model_step, cfg.inference_n_clips, cfg.score_agg_func, result_dir)
+        logger.info("inference: %s, %d clip(s), %s aggregation, results -> %s",
+                    cfg.e2e_weights_path if checkpoint_mode(cfg) else f"step {cfg.inference_model_step}",
+                    cfg.inference_n_clips, cfg.score_agg_func, result_dir)
         return model, result_dir
 
     def write_inference_outputs(self, result_dir, files):
@@ -160,6 +169,18 @@ class ClipBertTask(Task):
 
     def run_inference(self, cfg):  # required for --do_inference 1
         raise NotImplementedError
+
+
+def progress_over(loader, desc):
+    """Iterate ``loader`` with a progress display on rank 0 (a bar in a terminal, plain lines with ETA
+    under a launcher): the cross-encoder scoring of every text x video pair is the slowest phase."""
+    bar = Progress(len(loader) if hasattr(loader, "__len__") else None, desc, enabled=hvd.rank() == 0)
+    try:
+        for batch in loader:
+            yield batch
+            bar.update(1)
+    finally:
+        bar.close()
 
 
 def gather_bad_videos(dataset):

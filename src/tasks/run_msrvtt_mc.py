@@ -24,6 +24,7 @@ from src.tasks.common import (
     clip_logits,
     gather_bad_videos,
     main,
+    progress_over,
     skipped_videos_report,
     unwrap_model,
 )
@@ -45,7 +46,7 @@ class MSRVTTMCTask(ClipBertTask):
         """{str(qid): option index} of all ranks."""
         head = unwrap_model(model).head
         local = {}
-        for batch in loader:
+        for batch in progress_over(loader, "MSRVTT-MC"):
             if batch is None:
                 continue
             logits = clip_logits(model, batch, cfg.inference_n_clips, cfg.num_frm, cfg.score_agg_func)

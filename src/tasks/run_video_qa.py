@@ -36,7 +36,14 @@ from src.datasets.jsonl import load_json
 from src.evaluation.predictions import finite_argmax
 from src.evaluation.qa import QA_ANSWER_TYPES, eval_qa, gather_qa_results, qa_scores
 from src.modeling.heads import aggregate_clip_logits, lse_loss
-from src.tasks.common import ClipBertTask, forward_clips, gather_bad_videos, main, skipped_videos_report
+from src.tasks.common import (
+    ClipBertTask,
+    forward_clips,
+    gather_bad_videos,
+    main,
+    progress_over,
+    skipped_videos_report,
+)
 from src.training.inference import write_rank_outputs
 from src.utils.distributed import all_gather_list
 
@@ -109,7 +116,7 @@ def predict(model, loader, cfg, debug=False):
     Clip logits are pooled with ``score_agg_func`` (lse: logsumexp), answer = argmax.
     """
     preds, loss_sum, n_loss = [], 0.0, 0
-    for i, batch in enumerate(loader):
+    for i, batch in enumerate(progress_over(loader, "video QA")):
         if batch is None:
             continue
         stacked = forward_clips(model, batch, cfg.inference_n_clips, cfg.num_frm).float()

@@ -26,12 +26,13 @@ import sys
 
 import src.compat.hvd as hvd
 from src.datasets.build import build_retrieval_datasets
-from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results, retrieval_coverage
+from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results, retrieval_coverage, with_rsum
 from src.tasks.common import (
     ClipBertTask,
     clip_logits,
     gather_bad_videos,
     main,
+    progress_over,
     skipped_videos_report,
     unwrap_model,
 )
@@ -49,7 +50,7 @@ def score_retrieval(model, loader, cfg):
     """``[{vid_id, txt_id, score}]`` of all ranks (every rank gets the full list)."""
     head = unwrap_model(model).head
     local = []
-    for batch in loader:
+    for batch in progress_over(loader, "retrieval scoring"):
         if batch is None:
             continue
         logits = clip_logits(model, batch, cfg.inference_n_clips, cfg.num_frm, cfg.score_agg_func)
@@ -65,9 +66,15 @@ def evaluate_retrieval(model, dataset, loader, cfg, with_results=False):
     results = score_retrieval(model, loader, cfg)
     bad = gather_bad_videos(dataset)
     skipped = [k for k, _ in bad]
-    metrics = eval_retrieval(results, dataset.gt_cap_id2vid_id, skipped_vid_ids=skipped)
+    metrics = with_rsum(eval_retrieval(results, dataset.gt_cap_id2vid_id, skipped_vid_ids=skipped))
     report = skipped_videos_report(bad, retrieval_coverage(results, dataset.gt_cap_id2vid_id, skipped))
     return (metrics, report, results) if with_results else (metrics, report)
+
+
+def recall_line(m):
+    """``R@1 a R@5 b R@10 c MdR d MnR e`` of one direction."""
+    return (f"R@1 {m['r1']:.2f} R@5 {m['r5']:.2f} R@10 {m['r10']:.2f} MdR {m['medianR']:.1f} "
+            f"MnR {m['meanR']:.1f}")
 
 
 class RetrievalTask(ClipBertTask):
@@ -104,10 +111,9 @@ class RetrievalTask(ClipBertTask):
             "scores.json": metrics, "skipped_videos.json": report})
         if hvd.rank() == 0:
             t2v, v2t = metrics["text2video"], metrics["video2text"]
-            logger.info("inference on %s (%d captions x %d videos): text2video R@1 %.2f R@5 %.2f R@10 %.2f "
-                        "MedR %.1f; video2text R@1 %.2f R@5 %.2f R@10 %.2f -> %s", cfg.inference_txt_db,
-                        len(ds.gt_cap_id2vid_id), len(ds.vid_ids), t2v["r1"], t2v["r5"], t2v["r10"],
-                        t2v["medianR"], v2t["r1"], v2t["r5"], v2t["r10"], result_dir)
+            logger.info("inference on %s (%d captions x %d videos): text2video %s; video2text %s; rsum %.2f "
+                        "-> %s", cfg.inference_txt_db, len(ds.gt_cap_id2vid_id), len(ds.vid_ids),
+                        recall_line(t2v), recall_line(v2t), metrics["rsum"], result_dir)
         return metrics
 
 

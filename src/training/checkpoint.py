@@ -9,6 +9,7 @@
   to the backup with a warning, or raises if nothing can be read.
 """
 import logging
+import math
 import os
 
 import torch
@@ -59,10 +60,33 @@ class ModelSaver:
         atomic_torch_save(state_dict, p)
         return p
 
+    def saved_steps(self) -> list[int]:
+        """Steps of the ``model_step_N.pt`` files in the directory, ascending."""
+        names = (f for f in os.listdir(self.dir) if f.startswith("model_step_") and f.endswith(".pt"))
+        return sorted(int(f[len("model_step_"):-3]) for f in names if f[len("model_step_"):-3].isdigit())
+
     def save_best(self, state_dict):
         p = os.path.join(self.dir, "model_best.pt")
         atomic_torch_save(state_dict, p)
         return p
+
+
+def checkpoints_to_keep(steps: list[int], history: dict[int, float], mode: str, keep_last_k: int,
+                        keep_top_k: int, protect: set[int]) -> set[int]:
+    """Which of the saved ``model_step_{steps}.pt`` to keep: the ``keep_last_k`` latest, the
+    ``keep_top_k`` best by ``history`` ({step: validation metric}, ``mode`` max|min), the latest and
+    ``protect`` (the best); -1 for both keeps everything (ClipBERT kept every file)."""
+    if keep_last_k == -1 and keep_top_k == -1:
+        return set(steps)
+    steps = sorted(steps)
+    keep = set(protect) | set(steps[-1:])
+    if keep_last_k > 0:
+        keep |= set(steps[-keep_last_k:])
+    if keep_top_k > 0:
+        scored = [s for s in steps if s in history and math.isfinite(history[s])]
+        scored.sort(key=lambda s: history[s], reverse=mode == "max")
+        keep |= set(scored[:keep_top_k])
+    return keep & set(steps)
 
 
 class TrainingRestorer:

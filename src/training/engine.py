@@ -37,12 +37,20 @@ from src.optimization.param_groups import build_optimizer, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training.checkpoint import ModelSaver, TrainingRestorer, all_finite, fp32_state_dict
 from src.training.data import ResumableDistributedSampler, build_train_dataloader
-from src.training.hooks import Hook, MetricsWriter, RestoreSaver, Validation, flatten_metrics, metric_mode
+from src.training.hooks import (
+    CheckpointRetention,
+    Hook,
+    MetricsWriter,
+    RestoreSaver,
+    Validation,
+    flatten_metrics,
+    metric_mode,
+)
 from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
 from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
 from src.training.run_dir import RunDirectory
 from src.training.task import Task
-from src.utils.device import move_to_device, training_device
+from src.utils.device import move_to_device, num_workers, training_device
 from src.utils.errors import RunDirError, UserError
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
 from src.utils.misc import NoOp, get_rng_states, set_random_seed, set_rng_states, zero_none_grad
@@ -109,9 +117,11 @@ class Trainer:
         self.hooks = self.default_hooks() + list(self.task.build_hooks(self.cfg)) + self._extra_hooks
 
     def default_hooks(self) -> list[Hook]:
-        """Metrics writer, validation (+ best checkpoint, early stopping), restore file — in this order."""
+        """Metrics writer, validation (+ best checkpoint, early stopping), checkpoint retention, restore
+        file — in this order."""
         return [MetricsWriter(self.cfg.log_interval),
                 Validation(self.plan.valid_steps, self.cfg.early_stop_patience),
+                CheckpointRetention(self.cfg.keep_last_k, self.cfg.keep_top_k),
                 RestoreSaver(self.plan.save_steps)]
 
     def _init_process(self) -> None:
@@ -174,7 +184,7 @@ class Trainer:
                                                    seed=cfg.seed)
         pin = cfg.pin_mem and self.device.type == "cuda"
         loader = build_train_dataloader(dataset, self.sampler, cfg.train_batch_size, collate_fn,
-                                        cfg.n_workers, pin, seed=cfg.seed)
+                                        num_workers(cfg.n_workers), pin, seed=cfg.seed)
         self.loader = self.task.wrap_train_loader(loader, cfg, self.device)
         if state is not None:
             self._load_restore_state(state)
@@ -343,8 +353,7 @@ class Trainer:
         row than the tolerated streak) has failed: say so, and where the last finite weights are."""
         if self.weights_finite():
             return
-        steps = sorted(int(f[len("model_step_"):-3]) for f in os.listdir(self.ckpt_dir)
-                       if f.startswith("model_step_") and f.endswith(".pt"))
+        steps = ModelSaver(self.ckpt_dir).saved_steps()
         last = os.path.join(self.ckpt_dir, f"model_step_{steps[-1]}.pt") if steps else None
         saved = f"the last finite weights saved are {last}" if last else "no finite weights were saved"
         msg = (f"training ended at step {self.global_step} with non-finite weights (nan/inf), "

@@ -29,12 +29,14 @@ import json
 import logging
 import math
 import os
-import sys
 from typing import TYPE_CHECKING
 
 import torch
 
 import src.compat.hvd as hvd
+from src.training.checkpoint import checkpoints_to_keep
+from src.training.metrics_log import MetricsLog, read_metrics
+from src.utils.progress import Progress
 
 if TYPE_CHECKING:
     from src.training.engine import StepResult, Trainer
@@ -88,17 +90,17 @@ def metric_mode(name: str, mode: str = "auto") -> str:
 
 # ------------------------------------------------------------------------------------------------
 class MetricsWriter(Hook):
-    """Training scalars to TensorBoard (every step), log.txt (every ``log_interval``), tqdm (rank 0)."""
+    """Training scalars to TensorBoard (every step), log.txt (every ``log_interval``), progress (rank 0)."""
 
     def __init__(self, log_interval: int):
         self.log_interval = log_interval
-        self._pbar = None
+        self._pbar = self._mlog = None
 
     def before_train(self, trainer):
-        if trainer.is_main:
-            from tqdm import tqdm
-            self._pbar = tqdm(total=trainer.plan.stop_step, initial=trainer.global_step, desc="train",
-                              dynamic_ncols=True, mininterval=2.0, file=sys.stderr)
+        if trainer.is_main:  # a live bar in a terminal, plain lines under a launcher (src.utils.progress)
+            self._pbar = Progress(trainer.plan.stop_step, "train", initial=trainer.global_step)
+            self._mlog = MetricsLog(trainer.log_dir)
+            self._mlog.truncate_after(trainer.global_step)
 
     def after_step(self, trainer, result):
         logs = self.scalars(trainer, result)
@@ -117,8 +119,11 @@ class MetricsWriter(Hook):
                         f" loss_scale {result.loss_scale:g} skipped {result.skipped_total}"
                         if result.loss_scale is not None else "",
                         logs["perf/examples_per_s"], 100 * logs["perf/data_wait_ratio"])
+            if self._mlog is not None:
+                self._mlog.append("train", step, trainer.epoch,
+                                  {k.split("/", 1)[1]: v for k, v in logs.items()})
         if self._pbar is not None:
-            self._pbar.update(1)
+            self._pbar.update(1, loss=logs["train/loss"])
 
     @staticmethod
     def scalars(trainer, result) -> dict[str, float]:
@@ -164,6 +169,8 @@ class Validation(Hook):
         trainer.tb.log_scalar_dict({f"valid/{k}": v for k, v in metrics.items()}, step=trainer.global_step)
         logger.info("validation at step %d: %s", trainer.global_step,
                     ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        if trainer.is_main:
+            MetricsLog(trainer.log_dir).append("valid", trainer.global_step, trainer.epoch, metrics)
         state = trainer.model_state_dict() if trainer.is_main else None
         finite = hvd.broadcast_object(trainer.weights_finite(state) if trainer.is_main else None, root_rank=0)
         if not finite:  # never a "checkpoint" or "best": inference on it would only mislead
@@ -212,6 +219,29 @@ class Validation(Hook):
             logger.info("early stopping at step %d: %s has not improved on %s (step %s) for %d "
                         "validations", trainer.global_step, name, best["value"], best["step"], self.patience)
             trainer.finished = True
+
+
+class CheckpointRetention(Hook):
+    """After each validation, delete the ``model_step_*.pt`` that ``keep_last_k`` / ``keep_top_k`` do
+    not keep (MMF's ``max_to_keep``, Lightning's ``save_top_k``); never the best or the latest. The
+    metric history comes from ``log/metrics.jsonl``, so a resumed run ranks the earlier files too."""
+
+    def __init__(self, keep_last_k: int, keep_top_k: int):
+        self.keep_last_k, self.keep_top_k = keep_last_k, keep_top_k
+
+    def after_validation(self, trainer, metrics):
+        if not trainer.is_main or (self.keep_last_k == -1 and self.keep_top_k == -1):
+            return
+        name = trainer.best["metric"]
+        history = {int(r["step"]): r[name] for r in read_metrics(MetricsLog(trainer.log_dir).path, "valid")
+                   if name in r}
+        steps = trainer.saver.saved_steps()
+        keep = checkpoints_to_keep(steps, history, metric_mode(name, trainer.cfg.best_metric_mode),
+                                   self.keep_last_k, self.keep_top_k, {trainer.best["step"]})
+        for step in sorted(set(steps) - keep):
+            os.remove(trainer.saver.path(step))
+            logger.info("removed %s (keep_last_k %d, keep_top_k %d)", trainer.saver.path(step),
+                        self.keep_last_k, self.keep_top_k)
 
 
 class RestoreSaver(Hook):

@@ -1,5 +1,10 @@
 """Inference from a training run's output_dir: stored model config, checkpoint, result directory.
 
+Or from a weights file alone (``--do_inference 1 --config X --e2e_weights_path model.pt``, as
+CLIP4Clip's ``--do_eval --init_model``): when ``output_dir`` holds no training run, the model is built
+from the given config, the file is loaded (every model key must be in it), and results go to
+``output_dir`` (default: the file's folder) under ``{prefix}_{stem}/{file stem}_{nclips}_{agg}``.
+
 ClipBERT's inference overwrote every current option with the stored ``log/args.json`` value except
 keys containing ``inference`` (so CLI ``score_agg_func``/``fps``/``num_frm`` were silently lost) and
 named the result directory before that merge. Here only the model-defining keys
@@ -31,15 +36,29 @@ def available_steps(output_dir):
     return sorted(steps)
 
 
+def checkpoint_mode(cfg) -> bool:
+    """Inference from ``e2e_weights_path`` alone: set, and ``output_dir`` holds no training run."""
+    return bool(cfg.e2e_weights_path) and not os.path.isfile(
+        os.path.join(cfg.output_dir or "", "log", "args.json"))
+
+
 def prepare_inference_config(cfg):
     """Apply the trained run's model-defining settings to ``cfg``; resolve ``inference_model_step``.
 
-    ``inference_model_step=-1`` picks the latest ``ckpt/model_step_*.pt``.
+    ``inference_model_step=-1`` picks the latest ``ckpt/model_step_*.pt``. In :func:`checkpoint_mode`
+    the config is the model's as given, and ``output_dir`` defaults to the weights file's folder.
     """
+    if checkpoint_mode(cfg):
+        if not os.path.isfile(cfg.e2e_weights_path):
+            raise FileNotFoundError(f"e2e_weights_path={cfg.e2e_weights_path!r} does not exist; give the "
+                                    f"checkpoint file to evaluate")
+        cfg.output_dir = cfg.output_dir or os.path.dirname(os.path.abspath(cfg.e2e_weights_path))
+        return cfg
     out = cfg.output_dir
     args_path = os.path.join(out, "log", "args.json")
     if not os.path.isfile(args_path):
-        raise FileNotFoundError(f"{args_path} not found: output_dir must be a training run's directory")
+        raise FileNotFoundError(f"{args_path} not found: output_dir must be a training run's directory, "
+                                f"or give --e2e_weights_path FILE to evaluate a checkpoint file")
     with open(args_path) as f:
         stored = json.load(f)
     apply_stored_model_config(cfg, stored)
@@ -66,6 +85,36 @@ def load_trained_model(cfg, task, device=None):
     hvd.init()
     if device is None:
         device = training_device(hvd.local_rank())
+    if checkpoint_mode(cfg):
+        model = _model_from_weights_file(cfg, task)
+    else:
+        model = _model_from_run(cfg, task)
+    model.to(device)
+    if cfg.fp16:
+        from src.compat import amp
+        model = amp.initialize(model, opt_level="O2", keep_batchnorm_fp32=True, verbosity=0)
+    model.eval()
+    return model
+
+
+def _model_from_weights_file(cfg, task):
+    """The model of ``cfg`` with ``e2e_weights_path`` loaded; every model key must come from the file
+    (a model partly at its initial weights would report numbers of no model)."""
+    path = cfg.e2e_weights_path
+    try:
+        model = task.build_model(cfg)  # loads e2e_weights_path (src.modeling.build)
+    except (RuntimeError, EOFError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is unreadable ({one_line(e)}); it may be a truncated save") from e
+    summary = getattr(model, "load_summaries", {}).get("e2e")
+    if summary is not None and (summary.missing or summary.mismatched):
+        raise CheckpointError(f"{path} does not fit the model of this config: {len(summary.missing)} key(s) "
+                              f"missing (e.g. {summary.missing[:3]}), {len(summary.mismatched)} of another "
+                              f"shape (e.g. {[m[0] for m in summary.mismatched[:3]]}); give the --config "
+                              f"(model_config, cnn_type, classifier) the checkpoint was trained with")
+    return model
+
+
+def _model_from_run(cfg, task):
     model = task.build_model(cfg)
     path = os.path.join(cfg.output_dir, "ckpt", f"model_step_{cfg.inference_model_step}.pt")
     try:
@@ -78,18 +127,14 @@ def load_trained_model(cfg, task, device=None):
     if missing or unexpected:
         raise CheckpointError(f"{path} does not match the model built from the stored config: missing "
                               f"{missing[:5]}, unexpected {unexpected[:5]}")
-    model.to(device)
-    if cfg.fp16:
-        from src.compat import amp
-        model = amp.initialize(model, opt_level="O2", keep_batchnorm_fp32=True, verbosity=0)
-    model.eval()
     return model
 
 
 def inference_result_dir(cfg, prefix="results", with_clips=True):
     """ClipBERT's layout: ``{output_dir}/{prefix}_{stem(inference_txt_db)}/step_{N}[_{nclips}_{agg}]``."""
     stem = os.path.splitext(os.path.basename(cfg.inference_txt_db or "inference"))[0]
-    name = f"step_{cfg.inference_model_step}"
+    name = (os.path.splitext(os.path.basename(cfg.e2e_weights_path))[0] if checkpoint_mode(cfg)
+            else f"step_{cfg.inference_model_step}")
     if with_clips:
         name += f"_{cfg.inference_n_clips}_{cfg.score_agg_func}"
     return os.path.join(cfg.output_dir, f"{prefix}_{stem}", name)

