@@ -98,6 +98,9 @@ SHARED_OPTIONS = [
       group="product"),
     O("best_metric_mode", str, "auto", "max|min; auto: min for loss/medianR/meanR, else max",
       choices=("auto", "max", "min"), group="product"),
+    O("grad_compression", str, "none", "gradient allreduce compression: none | fp16 (Horovod's "
+      "Compression.fp16: half the bytes on the wire, gradients rounded to fp16)", choices=("none", "fp16"),
+      group="product"),
     O("log_interval", int, 100, "optimizer steps between log.txt progress lines", min=1, group="product"),
     O("keep_last_k", int, -1, "keep the k latest ckpt/model_step_*.pt (with keep_top_k: the union); -1 all. "
       "The best and the latest are never deleted", min=-1, group="product"),

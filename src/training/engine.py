@@ -84,6 +84,7 @@ class StepResult:
     seconds: float  # wall time of the step, data loading included
     data_wait: float  # of which waiting for the data loader
     extras: dict = field(default_factory=dict)  # extra scalars the task's forward returned
+    comm_wait: float = 0.0  # of which blocked in the gradient allreduce after the last backward
 
 
 class Trainer:
@@ -167,7 +168,8 @@ class Trainer:
         dataset, collate_fn = self.task.build_train_data(cfg)
         self.plan = RunPlan.build(cfg, len(dataset), self.world)
         self.best["metric"] = cfg.best_metric or self.task.main_metric
-        optimizer = hvd.DistributedOptimizer(build_optimizer(model, cfg),
+        compression = hvd.Compression.fp16 if cfg.grad_compression == "fp16" else hvd.Compression.none
+        optimizer = hvd.DistributedOptimizer(build_optimizer(model, cfg), compression=compression,
                                              named_parameters=model.named_parameters(),
                                              backward_passes_per_step=self.plan.gradient_accumulation_steps)
         state = self.restorer.load()
@@ -234,7 +236,7 @@ class Trainer:
     def run_step(self) -> StepResult:
         """One optimizer step over ``gradient_accumulation_steps`` micro-batches, one allreduce."""
         k, opt, precision = self.plan.gradient_accumulation_steps, self.optimizer, self.precision
-        t0, self._data_wait, n_examples = time.perf_counter(), 0.0, 0
+        t0, self._data_wait, n_examples, comm_wait = time.perf_counter(), 0.0, 0, 0.0
         skipped_before = precision.skipped_steps()
         stats = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, #non-finite, #finite
         for micro in range(k):
@@ -246,7 +248,9 @@ class Trainer:
                 scaled.backward()
                 if last:  # the step's single allreduce, inside scale_loss (apex + Horovod recipe)
                     zero_none_grad(self._trainable)
-                    opt.synchronize()
+                    t_sync = time.perf_counter()
+                    opt.synchronize()  # waits for what the backward hooks started: the exposed part
+                    comm_wait = time.perf_counter() - t_sync
         loss, n_bad = self._reduce_loss_stats(stats)
         self._check_finite(n_bad)  # before the step: a stop keeps the last good weights
         self.global_step += 1
@@ -260,7 +264,7 @@ class Trainer:
                           skipped=skipped_total > skipped_before, skipped_total=skipped_total,
                           loss_scale=precision.loss_scale(), lr_transformer=lr_t, lr_cnn=lr_c,
                           n_examples=n_examples, seconds=time.perf_counter() - t0,
-                          data_wait=self._data_wait, extras=extras)
+                          data_wait=self._data_wait, extras=extras, comm_wait=comm_wait)
 
     def _forward(self, batch, stats: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """fp32 loss of one micro-batch (added to ``stats``) and the task's extra scalars."""

@@ -112,13 +112,15 @@ class MetricsWriter(Hook):
             logger.warning("step %d: the loss of %d micro-batch(es) is not finite (nan/inf); %s", step,
                            result.n_nonfinite, what)
         if step % self.log_interval == 0 or step == trainer.plan.stop_step:
-            logger.info("step %d/%d epoch %d: loss %.4f lr %.3g/%.3g%s%s %.1f ex/s data wait %.0f%%",
+            logger.info("step %d/%d epoch %d: loss %.4f lr %.3g/%.3g%s%s %.1f ex/s data wait %.0f%% "
+                        "allreduce wait %.0f%%",
                         step, trainer.plan.num_train_steps, trainer.epoch, logs["train/loss"],
                         result.lr_transformer, result.lr_cnn,
                         f" grad_norm {result.grad_norm:.3f}" if result.grad_norm is not None else "",
                         f" loss_scale {result.loss_scale:g} skipped {result.skipped_total}"
                         if result.loss_scale is not None else "",
-                        logs["perf/examples_per_s"], 100 * logs["perf/data_wait_ratio"])
+                        logs["perf/examples_per_s"], 100 * logs["perf/data_wait_ratio"],
+                        100 * logs["perf/comm_wait_ratio"])
             if self._mlog is not None:
                 self._mlog.append("train", step, trainer.epoch,
                                   {k.split("/", 1)[1]: v for k, v in logs.items()})
@@ -141,6 +143,7 @@ class MetricsWriter(Hook):
         seconds = max(result.seconds, 1e-9)
         logs["perf/examples_per_s"] = result.n_examples * trainer.world / seconds
         logs["perf/data_wait_ratio"] = result.data_wait / seconds
+        logs["perf/comm_wait_ratio"] = result.comm_wait / seconds
         return logs
 
     def close(self):
