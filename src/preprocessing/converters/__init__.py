@@ -5,7 +5,10 @@
         [--mc_csv MSR_MC_test.csv] --output_dir /txt/msrvtt_retrieval
     python -m src.preprocessing.converters msrvtt_qa --raw_dir MSRVTT-QA/ --output_dir /txt/msrvtt_qa
     python -m src.preprocessing.converters tgif_qa --raw_dir tgif-qa/dataset/ --output_dir /txt/tgif_qa
+    python -m src.preprocessing.converters didemo_ret --raw_dir LocalizingMoments/data \
+        --output_dir /txt/didemo_retrieval
+    python -m src.preprocessing.converters anet_ret --raw_dir captions/ --output_dir /txt/anet_retrieval
 
-One module per dataset (msrvtt, msrvtt_qa, tgif_qa); common holds the readers that make every bad row
-a one-line `file:line` ValueError.
+One module per dataset (msrvtt, msrvtt_qa, tgif_qa; paragraphs: DiDeMo and ActivityNet Captions);
+common holds the readers that make every bad row a one-line `file:line` ValueError.
 """

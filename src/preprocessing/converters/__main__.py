@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from src.preprocessing.converters import msrvtt, msrvtt_qa, tgif_qa
+from src.preprocessing.converters import msrvtt, msrvtt_qa, paragraphs, tgif_qa
 from src.preprocessing.converters.common import write_json, write_jsonl
 
 
@@ -50,6 +50,24 @@ def run_tgif_qa(a, log):
                          n_distinct, log)
 
 
+# output split name -> raw file name, per dataset (ClipBERT's ANet test is val_1)
+PARAGRAPH_FILES = {"didemo": {"train": "train_data.json", "val": "val_data.json", "test": "test_data.json"},
+                   "anet": {"train": "train.json", "val": "val_1.json", "test": "val_1.json"}}
+
+
+def run_paragraphs(a, log):
+    convert = paragraphs.convert_didemo if a.dataset == "didemo_ret" else paragraphs.convert_anet
+    files = PARAGRAPH_FILES[a.dataset.split("_")[0]]
+    if a.dataset == "anet_ret" and a.test_file:
+        files = {**files, "test": a.test_file}
+    for split, name in files.items():
+        path = os.path.join(a.raw_dir, name)
+        if split != "train" and not os.path.isfile(path):
+            log(f"{path}: not found, no {split}.jsonl")
+            continue
+        _write_rows(a.output_dir, [(f"{split}.jsonl", convert(path))], log)
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="python -m src.preprocessing.converters", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -72,7 +90,13 @@ def build_parser():
     t.add_argument("--val_ratio", type=float, default=0.0, help="fraction of training GIFs held out as "
                                                                  "{task}_val.jsonl (0: val = test)")
     t.add_argument("--top_k", type=int, default=tgif_qa.DEFAULT_TOP_K, help="frameqa answer vocabulary size")
-    for s in (r, q, t):
+    d = sub.add_parser("didemo_ret", help="DiDeMo paragraph retrieval ({train,val,test}_data.json)")
+    d.add_argument("--raw_dir", required=True,
+                   help="folder with train_data.json, val_data.json, test_data.json")
+    n = sub.add_parser("anet_ret", help="ActivityNet Captions paragraph retrieval (train.json, val_1.json)")
+    n.add_argument("--raw_dir", required=True, help="folder with train.json and val_1.json")
+    n.add_argument("--test_file", help="raw file for test.jsonl instead of val_1.json (e.g. val_2.json)")
+    for s in (r, q, t, d, n):
         s.add_argument("--output_dir", required=True)
         s.add_argument("--seed", type=int, default=42)
     return p
@@ -80,7 +104,8 @@ def build_parser():
 
 def main(argv=None, log=print):
     args = build_parser().parse_args(argv)
-    run = {"msrvtt_ret": run_msrvtt_ret, "msrvtt_qa": run_msrvtt_qa, "tgif_qa": run_tgif_qa}[args.dataset]
+    run = {"msrvtt_ret": run_msrvtt_ret, "msrvtt_qa": run_msrvtt_qa, "tgif_qa": run_tgif_qa,
+           "didemo_ret": run_paragraphs, "anet_ret": run_paragraphs}[args.dataset]
     try:
         run(args, log)
     except ValueError as e:
