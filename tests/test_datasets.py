@@ -339,3 +339,20 @@ def test_horovod_two_ranks_partition_and_reshuffle(demo, tmp_path):
         assert sorted(r0 + r1) == sorted(f"demo_train_{i:05d}" for i in range(n))
     assert res[0]["epochs"][0] != res[0]["epochs"][1]  # set_epoch per pass
     assert res[0]["shape"] == [2, 2, 3, 40, 40]
+
+
+def test_several_train_datasets_become_one_multidataset(demo):
+    """Two train_datasets entries (ClipBERT's pretraining shape, here for retrieval and QA): both are
+    built, with their ratios (default 1), and batches come from one of them at a time."""
+    from src.datasets.multi import MultiDataset
+    base = _cfg(demo)
+    second = dict(base["train_datasets"][0], name="demo2", ratio=3)
+    cfg = _cfg(demo, train_datasets=[base["train_datasets"][0], second])
+    ds, col = build_retrieval_datasets(cfg, "train")
+    assert isinstance(ds, MultiDataset) and ds.names == ["demo", "demo2"] and ds.ratios == [1.0, 3.0]
+    assert ds.sizes == [24, 24] and len(ds) == 48
+    b = col([ds[0], ds[30]])
+    assert b["visual_inputs"].shape[0] == 2
+    qa = _cfg(demo, "frameqa", train_datasets=[base["train_datasets"][0], second])
+    qds, _ = build_qa_datasets(qa, "train")
+    assert isinstance(qds, MultiDataset) and qds.sizes[0] == qds.sizes[1] > 0

@@ -56,8 +56,9 @@ class ToyModel(nn.Module):
 class ToyTask(Task):
     main_metric = "loss"
 
-    def __init__(self, n_train=32, dropout=0.1, nan_at_forward=None, sleep=0.0, metric_curve=None):
-        self.n_train, self.dropout = n_train, dropout
+    def __init__(self, n_train=32, dropout=0.1, nan_at_forward=None, sleep=0.0, metric_curve=None,
+                 multi_ratios=None):
+        self.n_train, self.dropout, self.multi_ratios = n_train, dropout, multi_ratios
         self.nan_at_forward, self.sleep = nan_at_forward, sleep
         self.metric_curve = metric_curve
         self.n_forward = 0
@@ -67,6 +68,12 @@ class ToyTask(Task):
         return ToyModel(self.dropout)
 
     def build_train_data(self, cfg):
+        if self.multi_ratios:  # several datasets (MetaSampler): dataset d's targets are offset by 10 * d
+            from src.datasets.multi import MultiDataset
+            parts = [ToyDataset(self.n_train, seed=d) for d in range(len(self.multi_ratios))]
+            for d, part in enumerate(parts):
+                part.y = part.y + 10.0 * d
+            return MultiDataset(parts, self.multi_ratios, [f"toy{d}" for d in range(len(parts))]), collate
         return ToyDataset(self.n_train, seed=0), collate
 
     def forward_train(self, model, batch, cfg):

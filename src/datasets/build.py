@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from src.config import with_defaults
+from src.config import Config, with_defaults
 from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_mc import VideoMCCollator, VideoMCDataset, mk_mc_examples
 from src.datasets.dataset_retrieval import (
@@ -37,6 +37,7 @@ from src.datasets.dataset_video_qa import (
     mk_qa_examples,
 )
 from src.datasets.jsonl import load_json, load_jsonl
+from src.datasets.multi import MultiDataset
 
 if TYPE_CHECKING:
     from transformers import BertTokenizerFast
@@ -81,6 +82,21 @@ def _txt_img(cfg, split, task=None):
             raise ValueError(f"{split} dataset gives {len(txt)} txt files; video tasks take one")
         txt = txt[0]
     return txt, img, name
+
+
+def _multi_train(cfg, build):
+    """Several ``train_datasets``: each built alone, joined in a MultiDataset whose batches the engine
+    draws per step in proportion to each entry's ``ratio`` (default 1), as ClipBERT's MetaLoader."""
+    parts, collate = [], None
+    for i, entry in enumerate(cfg.train_datasets):
+        sub = Config(cfg)
+        sub.train_datasets = [entry]
+        ds, collate = build(sub, "train")
+        parts.append((ds, entry.get("ratio", 1), entry.get("name", f"train{i}")))
+    ds = MultiDataset(*(list(x) for x in zip(*parts)))
+    logger.info("%d training datasets, each batch from one, drawn by ratio: %s", len(parts),
+                ", ".join(f"{n} ({len(d)} examples, ratio {r:g})" for d, r, n in parts))
+    return ds, collate
 
 
 def _dataset_entry(cfg, which):
@@ -139,6 +155,8 @@ def build_retrieval_datasets(
     VideoRetrievalEvalDataset (batch_size 1; captions chunked by eval_retrieval_batch_size or
     inference_batch_size; ``vid_ids`` adds videos to score beyond the ground truth)."""
     cfg = with_defaults(cfg, "retrieval")
+    if split == "train" and len(cfg.train_datasets or []) > 1:
+        return _multi_train(cfg, build_retrieval_datasets)
     txt, img, name = _txt_img(cfg, split, "retrieval")
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("caption", "clip_name"),
                                         str_fields=("caption",)), cfg, split)
@@ -164,6 +182,8 @@ def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADatase
     """(dataset, collator) for video QA (cfg.task in frameqa|msrvtt_qa|action|transition).
     Training groups 1 question per item (ClipBERT forces max_n_example_per_group=1 for QA)."""
     cfg = with_defaults(cfg, "video_qa")
+    if split == "train" and len(cfg.train_datasets or []) > 1:
+        return _multi_train(cfg, build_qa_datasets)
     task = cfg.task
     if task not in QA_TASKS:
         raise ValueError(f"config task={task!r} must be one of {QA_TASKS}")
@@ -208,3 +228,4 @@ def build_mc_dataset(cfg: Mapping[str, Any],
     ds = VideoMCDataset(mk_mc_examples(rows, txt), img, **_common(cfg, f"{name}_mc", False),
                         **_eval_clips(cfg))
     return ds, VideoMCCollator(load_tokenizer(cfg.tokenizer_dir), cfg.max_txt_len)
+

@@ -77,7 +77,51 @@ class BadVideosError(UserError, RuntimeError):
                          f"fix or remove them, or pass --skip_bad_videos 1 to evaluate without them")
 
 
-class VideoDatasetBase(Dataset):
+class BadVideoLog:
+    """Bad-video bookkeeping of a dataset (the loader reports each batch's failures in the main
+    process): per-pass summaries, and in evaluation a failure unless ``skip_bad_videos``."""
+
+    def init_bad_video_log(self, name, is_train, skip_bad_videos):
+        self.name, self.is_train, self.skip_bad_videos = name, is_train, bool(skip_bad_videos)
+        self._bad_seen = []  # (key, reason) recorded in this (main) process via record_bad_videos
+        self.last_pass_bad = []  # sorted (key, reason) of the last finished pass (evaluation reports them)
+        self._epoch = 0
+
+    def record_bad_videos(self, bad):
+        """Called in the main process (by PrefetchLoader) with the batch's [(key, reason)]."""
+        self._bad_seen.extend(tuple(b) for b in bad)
+
+    def bad_video_report(self, reset=True, log=True):
+        """Summary of bad videos recorded since the last reset: {count, by_reason, keys}."""
+        bad = list(self._bad_seen)
+        keys = sorted({k for k, _ in bad})
+        report = {"epoch": self._epoch, "count": len(bad), "by_reason": dict(Counter(r for _, r in bad)),
+                  "keys": keys}
+        if log:
+            what = "replaced" if self.is_train else ("skipped" if self.skip_bad_videos else "failed")
+            if bad:
+                shown = ", ".join(keys[:20]) + (f" (+{len(keys) - 20} more)" if len(keys) > 20 else "")
+                logger.warning("%s epoch %d: %d bad video load(s) %s (%s): %s", self.name, self._epoch,
+                               len(bad), what, ", ".join(f"{r}={n}" for r, n in report["by_reason"].items()),
+                               shown)
+            else:
+                logger.info("%s epoch %d: 0 bad videos", self.name, self._epoch)
+        if reset:
+            self._bad_seen = []
+            self._epoch += 1
+        return report
+
+    def end_of_pass(self):
+        """Called after each full pass over the loader: log the summary; in evaluation raise
+        BadVideosError listing the bad keys unless skip_bad_videos."""
+        bad = sorted(set(self._bad_seen))
+        self.last_pass_bad = bad
+        self.bad_video_report(reset=True, log=True)
+        if bad and not self.is_train and not self.skip_bad_videos:
+            raise BadVideosError(self.name, bad)
+
+
+class VideoDatasetBase(BadVideoLog, Dataset):
     """Shared video loading for all task datasets.
 
     Args:
@@ -112,11 +156,8 @@ class VideoDatasetBase(Dataset):
         self.store = img_lmdb_dir if isinstance(img_lmdb_dir, LMDBStore) else LMDBStore(img_lmdb_dir)
         self.fps, self.num_frm, self.frm_sampling_strategy = fps, int(num_frm), frm_sampling_strategy
         self.max_img_size, self.n_clips, self.clip_mode = int(max_img_size), int(n_clips), clip_mode
-        self.is_train, self.skip_bad_videos = is_train, bool(skip_bad_videos)
-        self.min_video_frames, self.max_retries, self.name = min_video_frames, max_retries, name
-        self._bad_seen = []  # (key, reason) recorded in this (main) process via record_bad_videos
-        self.last_pass_bad = []  # sorted (key, reason) of the last finished pass (evaluation reports them)
-        self._epoch = 0
+        self.min_video_frames, self.max_retries = min_video_frames, max_retries
+        self.init_bad_video_log(name, is_train, skip_bad_videos)
 
     # -- video ---------------------------------------------------------------------------------
     def load_video(self, vid_id):
@@ -155,37 +196,3 @@ class VideoDatasetBase(Dataset):
         failures = ", ".join(f"{k} ({r})" for k, r in bad)
         raise RuntimeError(f"{self.name}: {self.max_retries} videos in a row failed to load: {failures}; "
                            f"check the LMDB store {self.store.path}")
-
-    # -- reporting -----------------------------------------------------------------------------
-    def record_bad_videos(self, bad):
-        """Called in the main process (by PrefetchLoader) with the batch's [(key, reason)]."""
-        self._bad_seen.extend(tuple(b) for b in bad)
-
-    def bad_video_report(self, reset=True, log=True):
-        """Summary of bad videos recorded since the last reset: {count, by_reason, keys}."""
-        bad = list(self._bad_seen)
-        keys = sorted({k for k, _ in bad})
-        report = {"epoch": self._epoch, "count": len(bad), "by_reason": dict(Counter(r for _, r in bad)),
-                  "keys": keys}
-        if log:
-            what = "replaced" if self.is_train else ("skipped" if self.skip_bad_videos else "failed")
-            if bad:
-                shown = ", ".join(keys[:20]) + (f" (+{len(keys) - 20} more)" if len(keys) > 20 else "")
-                logger.warning("%s epoch %d: %d bad video load(s) %s (%s): %s", self.name, self._epoch,
-                               len(bad), what, ", ".join(f"{r}={n}" for r, n in report["by_reason"].items()),
-                               shown)
-            else:
-                logger.info("%s epoch %d: 0 bad videos", self.name, self._epoch)
-        if reset:
-            self._bad_seen = []
-            self._epoch += 1
-        return report
-
-    def end_of_pass(self):
-        """Called after each full pass over the loader: log the summary; in evaluation raise
-        BadVideosError listing the bad keys unless skip_bad_videos."""
-        bad = sorted(set(self._bad_seen))
-        self.last_pass_bad = bad
-        self.bad_video_report(reset=True, log=True)
-        if bad and not self.is_train and not self.skip_bad_videos:
-            raise BadVideosError(self.name, bad)

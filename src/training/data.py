@@ -5,6 +5,8 @@
   ``skip(n)``: the next pass starts after the first ``n`` samples of this rank, so a resumed run
   never re-reads (or decodes) consumed data. The engine calls ``set_epoch`` every epoch (ClipBERT
   never did, so every epoch saw the same order).
+* :class:`MetaSampler` (ClipBERT's MetaLoader): each batch from one of several datasets, chosen per
+  step in proportion to their ratios, with the same resumability.
 * Every sample is loaded under its own seed ``f(seed, epoch, index)`` (python, numpy and torch RNGs,
   restored afterwards), so random augmentation does not depend on worker count, prefetching or
   where a run was resumed, and data loading never disturbs the training process's RNG stream.
@@ -64,6 +66,48 @@ class ResumableDistributedSampler(Sampler):
 
     def __len__(self):
         return self.num_samples - self._skip
+
+
+class MetaSampler(ResumableDistributedSampler):
+    """ClipBERT's MetaLoader as a sampler: every batch comes from one dataset of a
+    ``src.datasets.multi.MultiDataset``, chosen per step with probability proportional to its ratio.
+
+    The choice of step ``s`` in epoch ``e`` is drawn from ``Random(f(seed, e))``, the same on every
+    rank (all ranks train on the same dataset at a step); each dataset is read in its own seeded
+    permutation, cycled when a dataset is used more often than it has examples, and every step takes
+    ``batch_size * world`` consecutive positions of it, rank ``r`` the ``r``-th slice. An epoch has
+    as many steps as the concatenated datasets give (``ceil(n / (batch_size * world))``), so the run
+    plan is unchanged; ``skip`` resumes mid-epoch exactly (the sequence is recomputed, not stored).
+    """
+
+    def __init__(self, sizes, ratios, batch_size, num_replicas=1, rank=0, seed=0):
+        super().__init__(sum(sizes), num_replicas, rank, shuffle=True, seed=seed)
+        self.sizes, self.ratios, self.batch_size = list(sizes), list(ratios), int(batch_size)
+        self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self.steps_per_epoch = -(-self.n // (self.batch_size * self.world))
+        self.num_samples = self.steps_per_epoch * self.batch_size
+        self.total_size = self.num_samples * self.world
+
+    def schedule(self, epoch=None):
+        """The dataset number of every step of ``epoch`` (default: the current one)."""
+        epoch = self.epoch if epoch is None else epoch
+        rng = random.Random(sample_seed(self.seed, epoch, -1))
+        return rng.choices(range(len(self.sizes)), weights=self.ratios, k=self.steps_per_epoch)
+
+    def indices(self):
+        g = torch.Generator()
+        perms, cursors, out = {}, [0] * len(self.sizes), []
+        span = self.batch_size * self.world
+        for d in self.schedule():
+            if d not in perms:
+                g.manual_seed(sample_seed(self.seed, self.epoch, d))
+                perms[d] = torch.randperm(self.sizes[d], generator=g).tolist()
+            perm, start = perms[d], cursors[d]
+            chunk = [perm[(start + i) % len(perm)] for i in range(span)]
+            cursors[d] = (start + span) % len(perm)
+            mine = chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+            out += [self.offsets[d] + j for j in mine]
+        return out
 
 
 class SeededDataset(Dataset):

@@ -36,7 +36,7 @@ import src.compat.hvd as hvd
 from src.optimization.param_groups import build_optimizer, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training.checkpoint import ModelSaver, TrainingRestorer, all_finite, fp32_state_dict
-from src.training.data import ResumableDistributedSampler, build_train_dataloader
+from src.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
 from src.training.hooks import (
     CheckpointRetention,
     Hook,
@@ -182,8 +182,7 @@ class Trainer:
         # after prepare (which may cast them): the parameters the per-step code touches
         self._trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.running_loss = RunningMeter("loss")
-        self.sampler = ResumableDistributedSampler(self.plan.n_examples, self.world, self.rank, shuffle=True,
-                                                   seed=cfg.seed)
+        self.sampler = self._train_sampler(dataset)
         pin = cfg.pin_mem and self.device.type == "cuda"
         loader = build_train_dataloader(dataset, self.sampler, cfg.train_batch_size, collate_fn,
                                         num_workers(cfg.n_workers), pin, seed=cfg.seed)
@@ -209,6 +208,15 @@ class Trainer:
             logger.info("existing_run=extend: the finished run continues from step %d to %d",
                         self.global_step, self.plan.stop_step)
         self.finished = False
+
+    def _train_sampler(self, dataset) -> ResumableDistributedSampler:
+        """Shuffled and resumable; for several datasets (``sizes`` + ``ratios``, src.datasets.multi)
+        ClipBERT's MetaLoader order: each batch from one dataset, drawn by ratio."""
+        if hasattr(dataset, "sizes") and hasattr(dataset, "ratios"):
+            return MetaSampler(dataset.sizes, dataset.ratios, self.cfg.train_batch_size, self.world,
+                               self.rank, seed=self.cfg.seed)
+        return ResumableDistributedSampler(self.plan.n_examples, self.world, self.rank, shuffle=True,
+                                           seed=self.cfg.seed)
 
     def _accept_run(self) -> None:
         """The run goes ahead: only now are the stored config and tensorboard files written, so a
