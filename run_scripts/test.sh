@@ -7,6 +7,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 "$REPO/run_scripts/setup_env.sh"
+"$REPO/run_scripts/install_test_deps.sh"   # openssh-server for tests/test_multinode.py (root + apt)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 set +e
 echo "[test.sh] ruff check (config: pyproject.toml)"
