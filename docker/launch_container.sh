@@ -6,6 +6,13 @@
 #   /storage   outputs: checkpoints, logs, results (read-write)
 #   /pretrain  pretrained weights (read-only)
 # Usage: ./docker/launch_container.sh TXT_DIR IMG_DIR OUTPUT_DIR PRETRAIN_DIR [command...]
+#   CLIPBERT_IMAGE=NAME   image (default clipbert-legacy:latest)
+#   CONTAINER_USER=U:G    user inside (default: yours, $(id -u):$(id -g), so outputs are owned by you;
+#                         CONTAINER_USER=root for root)
+#   HOST_NETWORK=1        --network host: the nodes' own addresses and ports, needed for multi-node
+#                         horovodrun -H / torchrun (NCCL and Gloo open ports between the hosts)
+#   CUDA_VISIBLE_DEVICES  which GPUs (default all)
+# Works without a terminal (nohup, SLURM, CI): -it only when stdin and stdout are TTYs.
 set -euo pipefail
 if [ "$#" -lt 4 ]; then
   echo "usage: $0 TXT_DIR IMG_DIR OUTPUT_DIR PRETRAIN_DIR [command...]" >&2
@@ -20,7 +27,12 @@ IMAGE="${CLIPBERT_IMAGE:-clipbert-legacy:latest}"
 GPUS="${CUDA_VISIBLE_DEVICES:-all}"
 [ "$GPUS" = all ] || GPUS="\"device=$GPUS\""
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-exec docker run --gpus "$GPUS" --ipc=host --rm -it \
+opts=(--gpus "$GPUS" --ipc=host --rm --ulimit memlock=-1 --ulimit stack=67108864)
+if [ -t 0 ] && [ -t 1 ]; then opts+=(-it); fi
+[ "${HOST_NETWORK:-0}" = 1 ] && opts+=(--network host)
+USER_SPEC="${CONTAINER_USER:-$(id -u):$(id -g)}"
+[ "$USER_SPEC" = root ] || opts+=(--user "$USER_SPEC")
+exec "${DOCKER:-docker}" run "${opts[@]}" \
   --mount src="$REPO",dst=/clipbert,type=bind \
   --mount src="$(realpath "$TXT_DB")",dst=/txt,type=bind,readonly \
   --mount src="$(realpath "$IMG_DIR")",dst=/img,type=bind,readonly \

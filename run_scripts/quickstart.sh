@@ -11,6 +11,7 @@
 #   QUICKSTART_FAST=1   reduced training (CI smoke run; numbers are not meaningful)
 #   QUICKSTART_NP=N     processes (default 2)
 #   QUICKSTART_OUT=DIR  outputs (default output/quickstart); the demo data goes to data/demo
+#   VENV_DIR=DIR        the env (default .venv; /opt/venv in the Docker image), as in setup_env.sh
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
@@ -23,8 +24,9 @@ step() { echo; echo "==> [$(date +%T), +$(( $(date +%s) - T0 ))s] $*"; }
 
 step "1/7 environment (.venv; the first run builds Horovod, ~5 min on 2 cores)"
 ./run_scripts/setup_env.sh
-PY="$REPO/.venv/bin/python"
-export PATH="$REPO/.venv/bin:$PATH"
+VENV_DIR="${VENV_DIR:-$REPO/.venv}"
+PY="$VENV_DIR/bin/python"
+export PATH="$VENV_DIR/bin:$PATH"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 
 step "2/7 synthetic demo data and the pretrained demo CNN in $DATA"

@@ -9,6 +9,9 @@
 #   SKIP_HOROVOD=1  skip Horovod (the torch.distributed backend of src/compat/hvd.py still works)
 #   SKIP_PROJECT_INSTALL=1  dependencies only, not `pip install -e .` (a Docker layer built before
 #                the source is copied in; the Dockerfile installs the project afterwards)
+#   CLIPBERT_ENV_FROZEN=1  verify only, never install (set in the Docker image: its env is read-only to
+#                a non-root user and the image may have no network)
+# Every pip failure stops the script with pip's own error (pip's output is filtered, never its exit code).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV_DIR="${VENV_DIR:-$REPO/.venv}"
@@ -16,7 +19,15 @@ TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 PY="${PYTHON:-python3}"
 
 log() { echo "[setup_env] $*"; }
+die() { echo "[setup_env] ERROR: $*" >&2; exit 1; }
+# pip with its exit status kept (pipefail); only the noise about absent local index folders is dropped
+pip_install() {
+  "${PIP[@]}" install -q "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+}
 
+if [ "${CLIPBERT_ENV_FROZEN:-0}" = "1" ]; then
+  [ -x "$VENV_DIR/bin/python" ] || die "CLIPBERT_ENV_FROZEN=1 but there is no $VENV_DIR/bin/python"
+fi
 if [ ! -x "$VENV_DIR/bin/python" ]; then
   log "creating virtualenv $VENV_DIR"
   "$PY" -m venv "$VENV_DIR"
@@ -36,17 +47,27 @@ if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ] && project
     exit 0
   fi
 fi
+if [ "${CLIPBERT_ENV_FROZEN:-0}" = "1" ]; then
+  (cd / && "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX, ujson, tqdm") \
+    || die "the frozen env $VENV_DIR lacks a package (import error above): rebuild the image"
+  project_here || die "'import src' in $VENV_DIR does not resolve to $REPO: rebuild the image or mount the checkout at $REPO"
+  if [ "${SKIP_HOROVOD:-0}" != "1" ]; then
+    "$VPY" -c "import horovod.torch" || die "Horovod is not importable in the frozen env $VENV_DIR"
+  fi
+  log "frozen environment verified ($VENV_DIR; CLIPBERT_ENV_FROZEN=1, nothing installed)"
+  exit 0
+fi
 
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   log "installing $TORCH_SPEC"
-  "${PIP[@]}" install -q "$TORCH_SPEC" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
-  "$VPY" -c "import torch" || { echo "[setup_env] ERROR: could not install $TORCH_SPEC" >&2; exit 1; }
+  pip_install "$TORCH_SPEC" || die "pip could not install $TORCH_SPEC (pip's error above)"
+  "$VPY" -c "import torch" || die "$TORCH_SPEC installed but 'import torch' fails (above)"
 fi
 log "installing requirements.txt"
 # Constrain torch to what is installed so no dependency can pull another (multi-GB) build.
 tv="$("$VPY" -c 'import torch; print(torch.__version__)')"
 cons="$(mktemp)"; echo "torch==$tv" > "$cons"
-"${PIP[@]}" install -q -r "$REPO/requirements.txt" -c "$cons" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+pip_install -r "$REPO/requirements.txt" -c "$cons" || die "pip could not install requirements.txt (pip's error above)"
 "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX, ujson, tqdm" \
   || { echo "[setup_env] ERROR: requirements did not install; see pip output above" >&2; exit 1; }
 rm -f "$cons"
@@ -55,7 +76,7 @@ rm -f "$cons"
 # `python src/tasks/run_*.py` without path shims. --no-deps: requirements.txt pinned them above.
 if [ "${SKIP_PROJECT_INSTALL:-0}" != "1" ]; then
   log "installing the project (pip install -e $REPO)"
-  "${PIP[@]}" install -q --no-deps -e "$REPO" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  pip_install --no-deps -e "$REPO" || die "pip could not install the project (pip install -e $REPO; error above)"
 fi
 project_here || { echo "[setup_env] ERROR: 'pip install -e $REPO' did not make the package importable; see pip output above" >&2; exit 1; }
 

@@ -3,18 +3,21 @@
 #   ./run_scripts/test.sh                 # everything
 #   ./run_scripts/test.sh tests/test_hvd.py -k torchrun   # extra args go to pytest
 #   ./run_scripts/test.sh -m "not multiprocess"            # skip the horovodrun/torchrun tests
+# The env is VENV_DIR (default <repo>/.venv; /opt/venv in the Docker image), as in setup_env.sh.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
+VENV_DIR="${VENV_DIR:-$REPO/.venv}"
+export VENV_DIR
 "$REPO/run_scripts/setup_env.sh"
 "$REPO/run_scripts/install_test_deps.sh"   # openssh-server for tests/test_multinode.py (root + apt)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 set +e
 echo "[test.sh] ruff check (config: pyproject.toml)"
-"$REPO/.venv/bin/ruff" check "$REPO"
+"$VENV_DIR/bin/ruff" check "$REPO"
 lint_rc=$?
 [ "$lint_rc" -eq 0 ] || echo "[test.sh] ERROR: ruff found problems (see above; 'ruff check --fix' fixes some)" >&2
-"$REPO/.venv/bin/python" -m pytest "$@"
+"$VENV_DIR/bin/python" -m pytest "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
