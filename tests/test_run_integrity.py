@@ -446,3 +446,18 @@ def test_bad_training_videos_are_replaced_counted_and_summarised(ret, tmp_path, 
 def _one_frame_video():
     from src.preprocessing.make_demo_data import encode_mp4, render_video
     return encode_mp4(render_video("red", "circle", "still", seed=0, size=48, n_frames=1), fps=10)
+
+
+@pytest.mark.multiprocess
+def test_ranks_without_shared_output_dir_are_refused(tmp_path, capsys):
+    """Rank 0 sees a restore file, rank 1 (its own, unshared output_dir) none: the run stops at once
+    with one line instead of rank 1 silently training from step 0."""
+    if not mp_utils.horovodrun_available():
+        pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
+    nan_task = functools.partial(ToyTask, nan_at_forward=11)  # leaves ckpt/restore.pt at step 8
+    assert run_toy(tmp_path / "rank0", nan_task) == 1
+    capsys.readouterr()
+    p = mp_utils.run_horovod([WORKERS / "split_output_dir.py", tmp_path], timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "error: RunDirError: the ranks found different restore states" in out
+    assert "step per rank: [8, None]" in out and "storage every machine shares" in out

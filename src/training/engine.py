@@ -48,7 +48,7 @@ from src.training.hooks import (
 )
 from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
 from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
-from src.training.run_dir import RunDirectory
+from src.training.run_dir import RunDirectory, check_same_restore_state
 from src.training.task import Task
 from src.utils.device import move_to_device, num_workers, training_device
 from src.utils.errors import RunDirError, UserError
@@ -173,6 +173,7 @@ class Trainer:
                                              named_parameters=model.named_parameters(),
                                              backward_passes_per_step=self.plan.gradient_accumulation_steps)
         state = self.restorer.load()
+        check_same_restore_state(state, cfg.output_dir)
         if state is not None:
             model.load_state_dict(state["model"])
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)

@@ -30,6 +30,7 @@ import socket
 import sys
 import time
 
+import src.compat.hvd as hvd
 from src.utils.errors import RunDirError
 
 logger = logging.getLogger(__name__)
@@ -163,3 +164,12 @@ class RunDirectory:
                 shutil.move(os.path.join(self.dir, name), os.path.join(dest, name))
         self._make_dirs()
         logger.warning("existing_run=restart: the earlier run in %s was moved to %s", self.dir, dest)
+
+
+def check_same_restore_state(state: dict | None, output_dir: str) -> None:
+    """Collective: every rank must resume from the same step. Ranks on machines that do not share
+    ``output_dir`` would read different (or no) restore files and silently train apart."""
+    steps = hvd.allgather_object(None if state is None else state.get("global_step"))
+    if len(set(steps)) > 1:
+        raise RunDirError(f"the ranks found different restore states in {output_dir}/ckpt (step per rank: "
+                          f"{steps}); output_dir must be on storage every machine shares (NFS, Lustre, ...)")
