@@ -72,8 +72,18 @@ build_apex() {  # apex's CUDA extensions, compiled by this nvcc (apex refuses a 
   work="$(mktemp -d)"
   arch_list="$(echo "$HOROVOD_BUILD_CUDA_CC_LIST" | sed 's/\([0-9]\)\([0-9]\)\(,\|$\)/\1.\2\3/g; s/,/;/g')"
   log "apex $APEX_TAG: --cpp_ext --cuda_ext for TORCH_CUDA_ARCH_LIST=$arch_list"
-  git -c advice.detachedHead=false clone -q --branch "$APEX_TAG" "${APEX_REPO:-https://github.com/NVIDIA/apex}" "$work/apex"
+  git -c advice.detachedHead=false clone -q --depth 1 --branch "$APEX_TAG" "${APEX_REPO:-https://github.com/NVIDIA/apex}" "$work/apex"
   "${PIP[@]}" install -q ninja packaging wheel
+  # A minimal toolkit (nvcc + cudart, as on this project's build machines) lacks the math-library headers
+  # that torch's CUDA headers include (cusparse.h, cublas_v2.h): take them from torch's own nvidia wheels.
+  if [ ! -f "$CUDA_HOME/include/cusparse.h" ]; then
+    local inc
+    inc="$("$VPY" -c 'import nvidia, os, sys; print(os.path.join(list(nvidia.__path__)[0], sys.argv[1], "include"))' \
+      "cu$nvcc_major")"
+    [ -f "$inc/cusparse.h" ] || die "no cusparse.h in $CUDA_HOME/include or $inc"
+    log "headers missing from $CUDA_HOME/include are taken from $inc"
+    export CPATH="$inc${CPATH:+:$CPATH}"
+  fi
   (cd "$work/apex" && TORCH_CUDA_ARCH_LIST="$arch_list" MAX_JOBS="${MAX_JOBS:-$(nproc)}" "${PIP[@]}" install \
       --no-build-isolation --config-settings "--build-option=--cpp_ext" \
       --config-settings "--build-option=--cuda_ext" . > "$work/apex-build.log" 2>&1) \

@@ -13,6 +13,8 @@ set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 PY="${PYTHON:-${VENV_DIR:-$REPO/.venv}/bin/python}"
+# the checkout importable without `pip install -e .` (an offline GPU machine with wheels only)
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 DRY=0
 for arg in "$@"; do [ "$arg" = --cpu-dry-run ] && DRY=1; done

@@ -72,7 +72,9 @@ def test_dockerfile_structure():
     runs = " ".join(r for w, r in ins if w == "RUN")
     assert "run_scripts/setup_env.sh" in runs  # same install path as a laptop
     assert "run_scripts/build_horovod_cuda.sh" in runs and "HOROVOD_BUILD_CUDA_CC_LIST" in runs
-    assert "APEX_TAG" in runs and "--cuda_ext" in runs
+    assert 'APEX_TAG="${APEX_TAG}"' in runs
+    build = (REPO / "run_scripts/build_horovod_cuda.sh").read_text()
+    assert "--cuda_ext" in build and "HOROVOD_NCCL_HOME" in build
     cc = stack.arg_defaults(DOCKERFILE.read_text())["CUDA_CC_LIST"].split(",")
     assert "70" not in cc and "80" in cc  # CUDA 13 has no Volta
 
