@@ -26,11 +26,13 @@ Usage::
 Adding task options: ``register_task(name, [Option(...), ...], post_parse=fn, parent="retrieval")``.
 
 Modules: ``schema`` (Config, Option, ConfigError, value checks), ``tasks`` (the task registry),
-``options`` (ClipBERT's options and post-parse rules; registers the tasks), ``parse`` (argparse,
+``options`` (ClipBERT's options and post-parse rules; registers the tasks), ``options_vqa`` (task
+``vqa``), ``parse`` (argparse,
 JSON, ``$CLIPBERT_OVERRIDES``), ``stored`` (model keys taken from a trained run at inference),
 ``reference`` (the README table; ``python -m src.config [--update-readme README.md]``).
 """
 from src.config.options import DECAYS, RETRIEVAL_OPTIONS, SHARED_OPTIONS, VIDEO_QA_OPTIONS
+from src.config.options_vqa import VQA_OPTIONS
 from src.config.parse import (
     OVERRIDES_ENV,
     SharedConfigs,
@@ -47,7 +49,8 @@ from src.config.tasks import PostParse, TaskSpec, register_task, task_options, w
 
 __all__ = [
     "DECAYS", "MODEL_KEYS", "OVERRIDES_ENV", "README_BEGIN", "README_END", "RETRIEVAL_OPTIONS",
-    "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "Config", "ConfigError", "Option", "PostParse", "SharedConfigs",
+    "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "VQA_OPTIONS",
+    "Config", "ConfigError", "Option", "PostParse", "SharedConfigs",
     "TaskSpec", "apply_stored_model_config", "build_parser", "coerce", "config_reference_markdown",
     "env_overrides", "parse_args", "parse_args_or_exit", "register_task", "shared_configs", "task_options",
     "update_readme", "with_defaults",

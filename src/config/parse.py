@@ -155,5 +155,8 @@ class SharedConfigs:
     def get_msrvtt_mc_args(self, argv: Optional[Sequence[str]] = None) -> Config:
         return parse_args_or_exit("msrvtt_mc", argv)
 
+    def get_vqa_args(self, argv: Optional[Sequence[str]] = None) -> Config:
+        return parse_args_or_exit("vqa", argv)
+
 
 shared_configs = SharedConfigs()

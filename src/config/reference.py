@@ -6,7 +6,7 @@ from src.config.schema import Option
 from src.config.tasks import task_options
 
 
-def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa")) -> str:
+def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa", "vqa")) -> str:
     """Markdown table of every option (for the README), generated from the schema."""
     rows = {}
     for t in tasks:
