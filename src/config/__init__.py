@@ -32,6 +32,7 @@ JSON, ``$CLIPBERT_OVERRIDES``), ``stored`` (model keys taken from a trained run 
 ``reference`` (the README table; ``python -m src.config [--update-readme README.md]``).
 """
 from src.config.options import DECAYS, RETRIEVAL_OPTIONS, SHARED_OPTIONS, VIDEO_QA_OPTIONS
+from src.config.options_pretrain import PRETRAIN_OPTIONS
 from src.config.options_vqa import VQA_OPTIONS
 from src.config.parse import (
     OVERRIDES_ENV,
@@ -49,7 +50,7 @@ from src.config.tasks import PostParse, TaskSpec, register_task, task_options, w
 
 __all__ = [
     "DECAYS", "MODEL_KEYS", "OVERRIDES_ENV", "README_BEGIN", "README_END", "RETRIEVAL_OPTIONS",
-    "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "VQA_OPTIONS",
+    "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "VQA_OPTIONS", "PRETRAIN_OPTIONS",
     "Config", "ConfigError", "Option", "PostParse", "SharedConfigs",
     "TaskSpec", "apply_stored_model_config", "build_parser", "coerce", "config_reference_markdown",
     "env_overrides", "parse_args", "parse_args_or_exit", "register_task", "shared_configs", "task_options",

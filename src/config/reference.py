@@ -6,17 +6,21 @@ from src.config.schema import Option
 from src.config.tasks import task_options
 
 
-def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa", "vqa")) -> str:
+def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa", "vqa", "pretrain")) -> str:
     """Markdown table of every option (for the README), generated from the schema."""
-    rows = {}
+    rows = {}  # name -> [[option, tasks]]: one row per distinct definition of a name
     for t in tasks:
         for name, o in task_options(t).items():
-            rows.setdefault(name, (o, []))[1].append(t)
+            same = next((r for r in rows.setdefault(name, []) if _same(r[0], o)), None)
+            if same is None:
+                rows[name].append([o, [t]])
+            else:
+                same[1].append(t)
     lines = ["| option | type | default | allowed | tasks | description |",
              "|---|---|---|---|---|---|"]
-    for name, (o, ts) in rows.items():
+    for name, (o, ts) in ((n, r) for n, defs in rows.items() for r in defs):
         allowed = "|".join(str(c) for c in o.choices) if o.choices else _range_text(o)
-        scope = "all" if o.group in ("shared", "product", "pretrain") else ", ".join(ts)
+        scope = "all" if o.group in ("shared", "product") and len(rows[name]) == 1 else ", ".join(ts)
         desc = o.help if not o.unused else f"*{o.unused}*"
         if o.json_only:
             desc += " (JSON only)"
@@ -26,6 +30,12 @@ def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa", "
         cells = [f"`{name}`", o.type_name(), default, allowed, scope, desc]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _same(a: Option, b: Option) -> bool:
+    """Two tasks' options of one name document the same thing (one README row)."""
+    return (a.type, a.default, a.choices, a.help, a.unused, a.min, a.max) == \
+        (b.type, b.default, b.choices, b.help, b.unused, b.min, b.max)
 
 
 def _range_text(o: Option) -> str:

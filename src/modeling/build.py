@@ -100,15 +100,7 @@ def build_model(cfg: Mapping[str, Any]) -> ClipBert:
     config, raw = load_model_config(cfg.model_config)
     _check_vocab(cfg.tokenizer_dir, config)
     grad_ckpt = bool(cfg.grad_ckpt)
-    cnn_type = cfg.cnn_type or raw.get("cnn_type", "resnet50")
-    backbone = build_resnet(cnn_type, norm=cfg.get("cnn_norm") or raw.get("cnn_norm", "FrozenBN"),
-                            freeze_at=cfg.get("cnn_freeze_at", raw.get("cnn_freeze_at")),
-                            grad_ckpt=grad_ckpt)
-    want = raw.get("backbone_channel_in_size")
-    if want is not None and want != backbone.out_channels:
-        raise ValueError(f"model_config backbone_channel_in_size={want} but cnn_type={cnn_type!r} "
-                         f"outputs {backbone.out_channels} channels; fix one of them")
-    cnn = GridFeatBackbone(backbone, config.hidden_size, input_format=cfg.img_input_format)
+    cnn = build_cnn(cfg, config, raw)
     margin = {"margin": float(cfg.margin)} if "margin" in cfg else {}  # a retrieval (rank loss) option
     head = make_head(task_type, num_labels=cfg.num_labels, loss_type=cfg.loss_type,
                      classifier=cfg.classifier, cls_hidden_scale=cfg.cls_hidden_scale, **margin)
@@ -119,9 +111,30 @@ def build_model(cfg: Mapping[str, Any]) -> ClipBert:
         model.freeze_cnn_backbone()
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logger.info("built ClipBert: cnn=%s (%d ch), hidden=%d, layers=%d, head=%r, grad_ckpt=%s, "
-                "%d trainable params", cnn_type, backbone.out_channels, config.hidden_size,
+                "%d trainable params", cnn.cnn_type, cnn.backbone_channels, config.hidden_size,
                 config.num_hidden_layers, head, grad_ckpt, n_train)
     return model
+
+
+def build_cnn(cfg, config, raw: dict) -> GridFeatBackbone:
+    """The grid CNN of ``cfg`` (cnn_type, cnn_norm, cnn_freeze_at, grad_ckpt, img_input_format; the
+    model JSON ``raw`` fills what the config leaves unset) projecting to ``config.hidden_size``."""
+    cnn_type = cfg.cnn_type or raw.get("cnn_type", "resnet50")
+    backbone = build_resnet(cnn_type, norm=cfg.get("cnn_norm") or raw.get("cnn_norm", "FrozenBN"),
+                            freeze_at=cfg.get("cnn_freeze_at", raw.get("cnn_freeze_at")),
+                            grad_ckpt=bool(cfg.grad_ckpt))
+    want = raw.get("backbone_channel_in_size")
+    if want is not None and want != backbone.out_channels:
+        raise ValueError(f"model_config backbone_channel_in_size={want} but cnn_type={cnn_type!r} "
+                         f"outputs {backbone.out_channels} channels; fix one of them")
+    cnn = GridFeatBackbone(backbone, config.hidden_size, input_format=cfg.img_input_format)
+    cnn.cnn_type, cnn.backbone_channels = cnn_type, backbone.out_channels
+    return cnn
+
+
+def load_initial_weights(model: ClipBert, cfg, raw: dict) -> None:
+    """``e2e_weights_path``, else the CNN and BERT weights (public name of the builders' loading step)."""
+    _load_weights(model, cfg, raw)
 
 
 def _load_weights(model: ClipBert, cfg, raw: dict) -> None:

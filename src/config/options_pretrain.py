@@ -1,0 +1,27 @@
+"""ClipBERT's image-text pretraining options (``get_pretraining_args``); importing this module
+registers the task ``pretrain``. The shared schema accepts the same keys as no-ops for configs that
+carry them; here they act."""
+from src.config.schema import Config, ConfigError
+from src.config.schema import Option as O
+from src.config.tasks import register_task
+
+PRETRAIN_OPTIONS = [
+    O("use_mlm", bool, False, "masked language modelling loss (15% of the caption tokens)", group="pretrain"),
+    O("use_itm", bool, False, "image-text matching loss (a caption of another image as negative)",
+      group="pretrain"),
+    O("itm_neg_prob", float, 0.5, "probability that a caption is replaced by one of another image (ITM)",
+      min=0, max=1, group="pretrain"),
+    O("pixel_random_sampling_size", int, 0, "training: keep this many random visual tokens per image "
+      "(the same positions for the batch); 0 keeps all", min=0, group="pretrain"),
+]
+
+
+def _pretrain_post(cfg: Config, notices: list) -> None:
+    if not (cfg.use_mlm or cfg.use_itm):
+        raise ConfigError("pretraining needs use_mlm=1 and/or use_itm=1")
+    if cfg.use_itm and cfg.itm_neg_prob == 0:
+        notices.append("use_itm with itm_neg_prob 0: every pair matches, ITM learns nothing")
+    cfg.task_type = "pretrain"
+
+
+register_task("pretrain", PRETRAIN_OPTIONS, _pretrain_post)
