@@ -147,3 +147,36 @@ def test_pretraining_under_horovodrun(stills, tmp_path):
     check(run_horovod(["src/tasks/run_pretrain.py", "--config", cfg], timeout=240))
     valid = [json.loads(x) for x in open(out / "log" / "metrics.jsonl") if '"valid"' in x]
     assert valid and 0 <= valid[-1]["itm_acc"] <= 100
+
+
+def test_zero_shot_retrieval_from_the_pretraining_checkpoint(pretrained, stills, tmp_path):
+    """With --classifier linear the ITM head is the retrieval classifier: a pretraining checkpoint
+    (trained on images) is evaluated on video retrieval as it is (checkpoint-file inference, every key
+    present)."""
+    from src.preprocessing.make_demo_data import build_demo_data
+    from src.tasks.run_video_retrieval import RetrievalTask
+    ckpt = pretrained / "ckpt" / "model_best.pt"
+    cfg = parse_args("retrieval", ["--model_config", str(REPO / "configs/model/tiny_model.json"),
+                                   "--cnn_type", "tiny", "--classifier", "linear",
+                                   "--e2e_weights_path", str(ckpt)])
+    model = build_model(cfg)
+    sd = torch.load(ckpt)
+    assert torch.equal(model.state_dict()["transformer.classifier.weight"],
+                       sd["transformer.cls.seq_relationship.weight"])
+    assert not model.load_summaries["e2e"].missing
+    data = tmp_path / "videos"
+    build_demo_data(str(data), n_train=4, n_val=8, n_test=4, img_size=48, n_frames=12, fps=10,
+                    num_workers=1, log=lambda *a: None)
+    conf = json.loads(_cfg(stills, tmp_path / "unused").read_text())
+    conf.update(classifier="linear", fps=2, num_frm=2, inference_n_clips=1, max_txt_len=12)
+    for k in ("use_mlm", "use_itm", "itm_neg_prob", "pixel_random_sampling_size"):
+        conf.pop(k)
+    path = tmp_path / "ret_cfg.json"
+    path.write_text(json.dumps(conf))
+    argv = ["--config", str(path), "--do_inference", "1", "--e2e_weights_path", str(ckpt),
+            "--output_dir", str(tmp_path / "zs"), "--inference_txt_db", str(data / "txt/retrieval_val.jsonl"),
+            "--inference_img_db", str(data / "vis_db")]
+    assert main("retrieval", RetrievalTask, argv) == 0
+    (scores,) = (tmp_path / "zs").glob("results_retrieval_val/model_best_1_mean/scores.json")
+    t2v = json.loads(scores.read_text())["text2video"]
+    assert 0 <= t2v["r1"] <= 100 and 1 <= t2v["medianR"] <= 8

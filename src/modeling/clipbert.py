@@ -252,11 +252,39 @@ class ClipBert(nn.Module):
 
     def load_e2e_weights(self, path_or_state_dict):
         """Load a full ClipBERT checkpoint (``cnn.*`` + ``transformer.*``), ignoring its unused detector
-        keys."""
+        keys. From a pretraining checkpoint into a 2-way linear retrieval classifier (``--classifier
+        linear``), the ITM head becomes the classifier: zero-shot retrieval, and fine-tuning starts from
+        it."""
+        sd, source = path_or_state_dict, None
+        if not isinstance(sd, dict):
+            source = resolve_path(sd)
+            sd = unwrap_state_dict(load_state_dict_file(source))
+        sd = itm_as_retrieval_classifier(sd, self)
         self.load_summaries["e2e"] = load_state_dict_with_mismatch(
-            self, resolve_path(path_or_state_dict), ignore_prefixes=E2E_IGNORE_PREFIXES)
+            self, sd, ignore_prefixes=E2E_IGNORE_PREFIXES, source=source)
         return self.load_summaries["e2e"]
 
     def freeze_cnn_backbone(self):
         """ClipBERT's freeze_cnn: ``cnn.feature.*`` gets no gradients."""
         self.cnn.freeze_backbone()
+
+
+ITM_KEYS = ("transformer.cls.seq_relationship.weight", "transformer.cls.seq_relationship.bias")
+
+
+def itm_as_retrieval_classifier(state_dict, model):
+    """``state_dict`` with a pretraining checkpoint's ITM head copied to ``transformer.classifier.*``
+    when the model's classifier is a 2-way linear layer (same shape; label 1 = matching pair in both)
+    and the checkpoint has no classifier of its own; otherwise unchanged."""
+    own = model.state_dict()
+    targets = ("transformer.classifier.weight", "transformer.classifier.bias")
+    if not all(k in state_dict for k in ITM_KEYS) or any(k in state_dict for k in targets) or \
+            not all(k in own for k in targets) or \
+            any(own[t].shape != state_dict[k].shape for t, k in zip(targets, ITM_KEYS)):
+        return state_dict
+    logger.info("the pretraining ITM head (transformer.cls.seq_relationship) becomes the 2-way retrieval "
+                "classifier (transformer.classifier)")
+    out = dict(state_dict)
+    for t, k in zip(targets, ITM_KEYS):
+        out[t] = state_dict[k]
+    return out
