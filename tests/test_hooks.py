@@ -6,7 +6,7 @@ import time
 import pytest
 
 from src.training.engine import StepResult, Trainer
-from src.training.hooks import Hook, MetricsWriter, RestoreSaver, Validation
+from src.training.hooks import CheckpointRetention, Hook, MetricsWriter, RestoreSaver, Validation
 from tests import mp_utils
 from tests.toy_task import ToyTask, toy_cfg
 
@@ -44,8 +44,9 @@ def test_default_hooks_then_task_then_user_hooks_in_order(tmp_path):
     user = Recorder("user", calls)
     trainer = Trainer(toy_cfg(tmp_path, num_valid=2, min_valid_steps=1), HookedTask(calls), hooks=[user])
     summary = trainer.train()
-    assert [type(h) for h in trainer.hooks[:3]] == [MetricsWriter, Validation, RestoreSaver]
-    assert [h.name for h in trainer.hooks[3:]] == ["task", "user"]
+    assert [type(h) for h in trainer.hooks[:4]] == [MetricsWriter, Validation, CheckpointRetention,
+                                                     RestoreSaver]
+    assert [h.name for h in trainer.hooks[4:]] == ["task", "user"]
     T = summary["global_step"]
     assert T == 16 and trainer.plan.valid_steps == 8
     user_calls = [(what, step) for name, what, step in calls if name == "user"]
