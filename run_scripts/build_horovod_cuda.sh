@@ -73,6 +73,11 @@ build_apex() {  # apex's CUDA extensions, compiled by this nvcc (apex refuses a 
   arch_list="$(echo "$HOROVOD_BUILD_CUDA_CC_LIST" | sed 's/\([0-9]\)\([0-9]\)\(,\|$\)/\1.\2\3/g; s/,/;/g')"
   log "apex $APEX_TAG: --cpp_ext --cuda_ext for TORCH_CUDA_ARCH_LIST=$arch_list"
   git -c advice.detachedHead=false clone -q --depth 1 --branch "$APEX_TAG" "${APEX_REPO:-https://github.com/NVIDIA/apex}" "$work/apex"
+  # apex 25.04's setup.py hard-codes sm_70 for fused_weight_gradient_mlp_cuda; CUDA 13's nvcc rejects it
+  # ("Unsupported gpu architecture 'compute_70'"): compile that kernel for sm_75 instead
+  if [ "$nvcc_major" -ge 13 ]; then
+    sed -i 's/arch=compute_70,code=sm_70/arch=compute_75,code=sm_75/' "$work/apex/setup.py"
+  fi
   "${PIP[@]}" install -q ninja packaging wheel
   # A minimal toolkit (nvcc + cudart, as on this project's build machines) lacks the math-library headers
   # that torch's CUDA headers include (cusparse.h, cublas_v2.h): take them from torch's own nvidia wheels.
