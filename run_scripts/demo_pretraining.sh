@@ -2,8 +2,8 @@
 # ClipBERT's point in miniature, on CPU: image-text pretraining transfers to video.
 #   1. the demo stills (captioned single frames, none of them a frame of a retrieval video)
 #   2. pretrain MLM + ITM on them (src/tasks/run_pretrain.py, configs/demo_pretrain.json)
-#   3. fine-tune demo retrieval twice with the same budget: from that checkpoint, and from the same
-#      starting weights without pretraining
+#   3. fine-tune demo retrieval twice with the same budget and a 2-way linear classifier: from that
+#      checkpoint (the classifier starts as its ITM head), and from the same starting weights without it
 #   4. evaluate both on the retrieval test split and print one table.
 # Needs the quickstart's demo data (data/demo); run ./run_scripts/quickstart.sh first.
 #
@@ -32,8 +32,9 @@ launch src/tasks/run_pretrain.py --config configs/demo_pretrain.json --output_di
 for name in pretrained scratch; do
   init=()
   [ "$name" = pretrained ] && init=(--e2e_weights_path "$OUT/pretrain/ckpt/model_best.pt")
+  # a 2-way linear classifier in both runs: from the checkpoint it starts as the pretraining ITM head
   launch src/tasks/run_video_retrieval.py --config configs/demo_ret.json --output_dir "$OUT/ret_$name" \
-    --num_train_epochs "$EPOCHS" "${init[@]}"
+    --num_train_epochs "$EPOCHS" --classifier linear "${init[@]}"
   launch src/tasks/run_video_retrieval.py --do_inference 1 --output_dir "$OUT/ret_$name" \
     --inference_model_step -1 --inference_txt_db "$DATA/txt/retrieval_test.jsonl" --inference_img_db "$DATA/vis_db"
 done
