@@ -179,6 +179,22 @@ def _mc_post(cfg: Config, notices: list) -> None:
                           "inference_img_db, inference_model_step)")
 
 
+def load_ans2label(path: str) -> dict:
+    """``ans2label_path``'s ``{answer: label}``, checked: a non-empty object with labels 0..n-1."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"ans2label_path={path!r}: file not found")
+    try:
+        with open(path) as f:
+            ans2label = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"ans2label_path={path!r}: invalid JSON ({e})") from None
+    if not isinstance(ans2label, dict) or not ans2label:
+        raise ConfigError(f"ans2label_path={path!r}: expected a non-empty JSON object {{answer: label}}")
+    if sorted(ans2label.values()) != list(range(len(ans2label))):
+        raise ConfigError(f"ans2label_path={path!r}: labels must be 0..{len(ans2label) - 1} without gaps")
+    return ans2label
+
+
 def _video_qa_post(cfg: Config, notices: list) -> None:
     if cfg.task is None:
         if cfg.do_inference:  # inference takes task (and the derived keys) from the trained run
@@ -196,19 +212,7 @@ def _video_qa_post(cfg: Config, notices: list) -> None:
     if not path:
         raise ConfigError(f"ans2label_path=null is invalid for task={cfg.task!r}: give the "
                           "{answer: label} json of the training answers")
-    if not os.path.isfile(path):
-        raise ConfigError(f"ans2label_path={path!r}: file not found")
-    try:
-        with open(path) as f:
-            ans2label = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"ans2label_path={path!r}: invalid JSON ({e})") from None
-    if not isinstance(ans2label, dict) or not ans2label:
-        raise ConfigError(f"ans2label_path={path!r}: expected a non-empty JSON object {{answer: label}}")
-    labels = sorted(ans2label.values())
-    if labels != list(range(len(labels))):
-        raise ConfigError(f"ans2label_path={path!r}: labels must be 0..{len(labels) - 1} without gaps")
-    cfg.num_labels = len(ans2label)
+    cfg.num_labels = len(load_ans2label(path))
     if "train_datasets" in cfg and cfg.train_datasets:
         for key in ("train_datasets", "val_datasets"):
             for i, d in enumerate(cfg.get(key) or []):

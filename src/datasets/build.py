@@ -93,10 +93,7 @@ def _multi_train(cfg, build):
         sub.train_datasets = [entry]
         ds, collate = build(sub, "train")
         parts.append((ds, entry.get("ratio", 1), entry.get("name", f"train{i}")))
-    ds = MultiDataset(*(list(x) for x in zip(*parts)))
-    logger.info("%d training datasets, each batch from one, drawn by ratio: %s", len(parts),
-                ", ".join(f"{n} ({len(d)} examples, ratio {r:g})" for d, r, n in parts))
-    return ds, collate
+    return MultiDataset.join(parts), collate
 
 
 def _dataset_entry(cfg, which):

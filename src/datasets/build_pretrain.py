@@ -5,7 +5,6 @@ grouped ``max_n_example_per_group`` per image, one CNN pass for them) and joins 
 MultiDataset, whose batches the engine draws by ``ratio`` (ClipBERT's MetaLoader). Validation returns
 one dataset per ``val_datasets`` entry (one caption per item), evaluated and reported by name.
 """
-import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -16,8 +15,6 @@ from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_pretrain import PretrainCollator, PretrainDataset, mk_pretrain_examples
 from src.datasets.jsonl import load_jsonl
 from src.datasets.multi import MultiDataset
-
-logger = logging.getLogger(__name__)
 
 
 def _entry_dataset(cfg, entry, i, split):
@@ -55,6 +52,4 @@ def build_pretrain_datasets(cfg: Mapping[str, Any], split: str):
         return [(name, ds) for ds, _, name in parts], collator
     if len(parts) == 1:
         return parts[0][0], collator
-    logger.info("%d training datasets, each batch from one, drawn by ratio: %s", len(parts),
-                ", ".join(f"{n} ({len(d)} examples, ratio {r:g})" for d, r, n in parts))
-    return MultiDataset(*(list(x) for x in zip(*parts))), collator
+    return MultiDataset.join(parts), collator

@@ -182,6 +182,19 @@ class VideoDatasetBase(BadVideoLog, Dataset):
             logger.warning("%s: bad video %r (%s): %s", self.name, vid_id, e.reason, e)
             return None, e.reason
 
+    def load_item(self, index, build):
+        """``build(index) -> (item, None) | (None, (key, reason))``: training replaces a bad video
+        (:meth:`get_with_replacement`); evaluation returns an empty item carrying the failure, which
+        the collator drops and the loader reports."""
+        if self.is_train:
+            return self.get_with_replacement(index, build)
+        item, failure = build(index)
+        if item is None:
+            return {"vid": None, "examples": [], "n_examples": 0, "vid_id": failure[0],
+                    "bad_videos": [failure]}
+        item["bad_videos"] = []
+        return item
+
     def get_with_replacement(self, index, build):
         """Training: `build(index) -> item or None` (None = bad video); on failure retry another
         random index. The item gets `bad_videos` [(key, reason)] of the ones it replaced."""

@@ -108,14 +108,7 @@ class PretrainDataset(VideoDatasetBase):
                 "mlm_seed": seed}, None
 
     def __getitem__(self, index):
-        if self.is_train:
-            return self.get_with_replacement(index, self._build)
-        item, failure = self._build(index)
-        if item is None:
-            return {"vid": None, "examples": [], "n_examples": 0, "vid_id": failure[0],
-                    "bad_videos": [failure]}
-        item["bad_videos"] = []
-        return item
+        return self.load_item(index, self._build)
 
 
 class PretrainCollator(CollatorBase):

@@ -96,14 +96,7 @@ class VideoQADataset(VideoDatasetBase):
         return {"vid": frames, "examples": exs, "n_examples": len(exs), "vid_id": vid_id}, None
 
     def __getitem__(self, index):
-        if self.is_train:
-            return self.get_with_replacement(index, self._build)
-        item, failure = self._build(index)
-        if item is None:
-            vid_id, examples = self.datalist[index]
-            return {"vid": None, "examples": [], "n_examples": 0, "vid_id": vid_id, "bad_videos": [failure]}
-        item["bad_videos"] = []
-        return item
+        return self.load_item(index, self._build)
 
 
 class VideoQACollator(CollatorBase):

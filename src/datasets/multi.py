@@ -6,10 +6,13 @@ their ``ratio``. :class:`MultiDataset` concatenates the datasets (index ``offset
 chooses the dataset of every batch. Bad videos are counted over all of them.
 """
 import bisect
+import logging
 
 from torch.utils.data import Dataset
 
 from src.datasets.dataset_base import BadVideoLog
+
+logger = logging.getLogger(__name__)
 
 
 class MultiDataset(BadVideoLog, Dataset):
@@ -26,6 +29,13 @@ class MultiDataset(BadVideoLog, Dataset):
             raise ValueError(f"train_datasets {empty} have no examples")
         self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
         self.init_bad_video_log("+".join(names), is_train=True, skip_bad_videos=True)
+
+    @classmethod
+    def join(cls, parts):
+        """From ``[(dataset, ratio, name)]`` (one per ``train_datasets`` entry), with a log line."""
+        logger.info("%d training datasets, each batch from one, drawn by ratio: %s", len(parts),
+                    ", ".join(f"{n} ({len(d)} examples, ratio {r:g})" for d, r, n in parts))
+        return cls(*(list(x) for x in zip(*parts)))
 
     def __len__(self):
         return sum(self.sizes)

@@ -16,7 +16,7 @@ import torch
 
 from src.datasets.build_pretrain import build_pretrain_datasets
 from src.modeling.pretrain import build_pretrain_model
-from src.tasks.common import ClipBertTask, gather_bad_videos, main, progress_over, unwrap_model
+from src.tasks.common import ClipBertTask, main, progress_over, unwrap_model
 from src.utils.distributed import all_gather_list
 
 # per validation dataset: summed losses and counts, so every rank's share weighs by its size
@@ -42,12 +42,11 @@ class PretrainTask(ClipBertTask):
     def evaluate(self, model, cfg, global_step):
         if self._val is None:
             sets, collate = build_pretrain_datasets(cfg, "val")
-            self._val = [(name, self.build_eval_loader(ds, collate, cfg, cfg.val_batch_size), ds)
+            self._val = [(name, self.build_eval_loader(ds, collate, cfg, cfg.val_batch_size))
                          for name, ds in sets]
         metrics, total = {}, dict.fromkeys(_SUMS, 0.0)
-        for name, loader, ds in self._val:
+        for name, loader in self._val:
             sums = _sum_ranks(_val_sums(model, loader, name))
-            gather_bad_videos(ds)
             metrics[name] = _rates(sums, unwrap_model(model))
             total = {k: total[k] + sums[k] for k in _SUMS}
         overall = _rates(total, unwrap_model(model))
