@@ -3,6 +3,7 @@
 Without a launcher (no WORLD_SIZE in the environment) it runs as a single process: size 1,
 every collective is the identity and no process group is created.
 """
+import atexit
 import datetime
 import os
 import warnings
@@ -26,9 +27,24 @@ def init(*args, **kwargs):
         if use_nccl:
             torch.cuda.set_device(_S["local_rank"])
         timeout = datetime.timedelta(seconds=float(os.environ.get("DIST_TIMEOUT_S", "1800")))
-        dist.init_process_group("nccl" if use_nccl else "gloo", timeout=timeout)
+        dist.init_process_group("nccl" if use_nccl else "gloo", timeout=timeout,
+                                **_restart_safe_store(world, timeout))
         _S["device"] = f"cuda:{_S['local_rank']}" if use_nccl else "cpu"
+        atexit.register(shutdown)  # a group left to interpreter teardown can abort the exit (SIGABRT)
     _S["group"] = world > 1
+
+
+def _restart_safe_store(world, timeout):
+    """After ``torchrun --max-restarts`` restarted the workers, the agent's store can still hold the
+    previous round's process-group keys, and a new worker then reads a dead peer's address (gloo:
+    "connectFullMesh failed ... Connection refused", seen in about half of the restarts here). Keys of
+    restart round ``n`` go under their own prefix; outside torchrun's agent store: the default."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                          timeout=timeout)
+    prefix = f"clipbert/restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    return {"store": dist.PrefixStore(prefix, store), "rank": _S["rank"], "world_size": world}
 
 
 def shutdown():

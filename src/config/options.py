@@ -101,6 +101,10 @@ SHARED_OPTIONS = [
     O("grad_compression", str, "none", "gradient allreduce compression: none | fp16 (Horovod's "
       "Compression.fp16: half the bytes on the wire, gradients rounded to fp16)", choices=("none", "fp16"),
       group="product"),
+    O("elastic_commit_steps", int, 50, "elastic training: optimizer steps between commits of the run's "
+      "state (horovodrun --min-np/--max-np: to host memory, a failed worker rolls the others back to it; "
+      "torchrun --max-restarts: to ckpt/restore.pt, restarted workers resume from it); unused otherwise",
+      min=1, group="product"),
     O("log_interval", int, 100, "optimizer steps between log.txt progress lines", min=1, group="product"),
     O("keep_last_k", int, -1, "keep the k latest ckpt/model_step_*.pt (with keep_top_k: the union); -1 all. "
       "The best and the latest are never deleted", min=-1, group="product"),

@@ -87,7 +87,7 @@ class LastEpochBadVideos(Hook):
 
     def after_train(self, trainer, summary):
         dataset = getattr(trainer.loader, "dataset", None)
-        if trainer.batches_in_epoch and hasattr(dataset, "bad_video_report"):
+        if trainer.examples_in_epoch and hasattr(dataset, "bad_video_report"):
             dataset.bad_video_report(reset=True, log=True)
 
 

@@ -29,43 +29,65 @@ def sample_seed(seed, epoch, index):
 
 
 class ResumableDistributedSampler(Sampler):
-    """Yields ``(index, sample_seed)``; see the module docstring."""
+    """Yields ``(index, sample_seed)``; see the module docstring.
+
+    The position within an epoch is global: :meth:`start_at` ``(c)`` resumes after the first ``c``
+    examples of the epoch's permutation, whichever world size consumed them, and :meth:`reshard`
+    changes the world size / rank. The rest of the permutation is padded (by wrapping, as
+    ``DistributedSampler``) to a multiple of the world size and split ``rank::world``. So a pass
+    that resumes with another number of processes (Horovod elastic, a rerun on fewer GPUs) reads
+    every remaining example of the epoch exactly once, plus at most ``world - 1`` padding repeats at
+    its end, and nothing already consumed. From ``c = 0`` the order is ``DistributedSampler``'s.
+    """
 
     def __init__(self, n_examples, num_replicas=1, rank=0, shuffle=True, seed=0):
         if n_examples <= 0:
             raise ValueError(f"the training dataset is empty (n_examples={n_examples})")
-        self.n, self.world, self.rank = n_examples, num_replicas, rank
-        self.shuffle, self.seed = shuffle, seed
-        self.epoch, self._skip = 0, 0
-        self.num_samples = -(-n_examples // num_replicas)
+        self.n, self.shuffle, self.seed = n_examples, shuffle, seed
+        self.epoch, self.start = 0, 0
+        self.reshard(num_replicas, rank)
+
+    def reshard(self, num_replicas, rank):
+        """Split among ``num_replicas`` processes from now on (this one is ``rank``)."""
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        self.world, self.rank = num_replicas, rank
+        self.num_samples = -(-self.n // num_replicas)  # per rank, in a whole epoch
         self.total_size = self.num_samples * num_replicas
 
     def set_epoch(self, epoch):
-        self.epoch, self._skip = epoch, 0
+        self.epoch, self.start = epoch, 0
+
+    def start_at(self, consumed):
+        """The next pass starts after the epoch's first ``consumed`` examples (all ranks together)."""
+        self.start = max(0, min(int(consumed), self.n))
 
     def skip(self, n_samples):
         """Start the next pass after ``n_samples`` of this rank's samples (reset by set_epoch)."""
-        self._skip = max(0, min(int(n_samples), self.num_samples))
+        self.start_at(int(n_samples) * self.world)
+
+    def permutation(self):
+        """The epoch's order of all ``n`` examples."""
+        if not self.shuffle:
+            return list(range(self.n))
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.n, generator=g).tolist()
 
     def indices(self):
-        if self.shuffle:
-            g = torch.Generator()
-            g.manual_seed(self.seed + self.epoch)
-            idx = torch.randperm(self.n, generator=g).tolist()
-        else:
-            idx = list(range(self.n))
-        pad = self.total_size - len(idx)
-        while pad > 0:
-            idx += idx[:pad]
-            pad = self.total_size - len(idx)
-        return idx[self.rank:self.total_size:self.world]
+        order = self.permutation()
+        rest = order[self.start:]
+        pad = -len(rest) % self.world
+        if pad:
+            rest += (order * (pad // len(order) + 1))[:pad]
+        return rest[self.rank::self.world]
 
     def __iter__(self):
-        for i in self.indices()[self._skip:]:
+        for i in self.indices():
             yield i, sample_seed(self.seed, self.epoch, i)
 
     def __len__(self):
-        return self.num_samples - self._skip
+        return -(-(self.n - self.start) // self.world)
 
 
 class MetaSampler(ResumableDistributedSampler):
@@ -77,13 +99,19 @@ class MetaSampler(ResumableDistributedSampler):
     permutation, cycled when a dataset is used more often than it has examples, and every step takes
     ``batch_size * world`` consecutive positions of it, rank ``r`` the ``r``-th slice. An epoch has
     as many steps as the concatenated datasets give (``ceil(n / (batch_size * world))``), so the run
-    plan is unchanged; ``skip`` resumes mid-epoch exactly (the sequence is recomputed, not stored).
+    plan is unchanged; ``start_at`` resumes mid-epoch exactly (the sequence is recomputed, not stored)
+    at the step the position falls in. After a world-size change the epoch continues at the same step
+    of the new schedule (datasets are drawn with replacement, so "each example once" is not a
+    property of this sampler; ratios and per-dataset permutations are).
     """
 
     def __init__(self, sizes, ratios, batch_size, num_replicas=1, rank=0, seed=0):
-        super().__init__(sum(sizes), num_replicas, rank, shuffle=True, seed=seed)
         self.sizes, self.ratios, self.batch_size = list(sizes), list(ratios), int(batch_size)
         self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        super().__init__(sum(sizes), num_replicas, rank, shuffle=True, seed=seed)
+
+    def reshard(self, num_replicas, rank):
+        super().reshard(num_replicas, rank)
         self.steps_per_epoch = -(-self.n // (self.batch_size * self.world))
         self.num_samples = self.steps_per_epoch * self.batch_size
         self.total_size = self.num_samples * self.world
@@ -93,6 +121,11 @@ class MetaSampler(ResumableDistributedSampler):
         epoch = self.epoch if epoch is None else epoch
         rng = random.Random(sample_seed(self.seed, epoch, -1))
         return rng.choices(range(len(self.sizes)), weights=self.ratios, k=self.steps_per_epoch)
+
+    def _rank_skip(self):
+        """This rank's samples in the steps before global position ``start`` (a step begun there, the
+        epoch's clamped last one or one cut by a world-size change, counts as consumed)."""
+        return -(-self.start // (self.batch_size * self.world)) * self.batch_size
 
     def indices(self):
         g = torch.Generator()
@@ -107,7 +140,10 @@ class MetaSampler(ResumableDistributedSampler):
             cursors[d] = (start + span) % len(perm)
             mine = chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
             out += [self.offsets[d] + j for j in mine]
-        return out
+        return out[self._rank_skip():]
+
+    def __len__(self):
+        return self.num_samples - self._rank_skip()
 
 
 class SeededDataset(Dataset):

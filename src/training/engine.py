@@ -16,6 +16,10 @@ on the master params, the step in ``skip_synchronize()``, ``zero_grad``. It retu
 :class:`StepResult`. Everything periodic (logging, validation, checkpoints) is a hook
 (``src.training.hooks``); fp32 / bf16 / amp O2 differ only inside ``src.training.precision``.
 
+Under ``horovodrun --min-np/--max-np`` (Horovod elastic) set-up does no collective and the loop runs
+inside ``hvd.elastic.run``, committing every ``elastic_commit_steps`` (``src.training.elastic``); the
+run's state, its restore file and the elastic commits are ``src.training.state``.
+
 Where this loop differs from ClipBERT's (loss divided by the accumulation steps, one allreduce per
 step, ``set_epoch`` every epoch, exact resume, the restore interval, stopping on a non-finite loss, the
 multi_step epoch) is listed, with the reasons, in the README's "Behaviour differences and fixed bugs".
@@ -35,8 +39,15 @@ import torch
 import src.compat.hvd as hvd
 from src.optimization.param_groups import build_optimizer, set_lr
 from src.optimization.sched import get_lr_sched
-from src.training.checkpoint import ModelSaver, TrainingRestorer, all_finite, fp32_state_dict
+from src.training.checkpoint import ModelSaver, TrainingRestorer
 from src.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
+from src.training.elastic import (
+    ElasticCommit,
+    check_horovod_backend,
+    horovod_elastic,
+    run_horovod_elastic,
+    torchrun_restarts,
+)
 from src.training.hooks import (
     CheckpointRetention,
     Hook,
@@ -49,11 +60,12 @@ from src.training.hooks import (
 from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
 from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
 from src.training.run_dir import RunDirectory, check_same_restore_state
+from src.training.state import TrainerState
 from src.training.task import Task
 from src.utils.device import move_to_device, num_workers, training_device
 from src.utils.errors import RunDirError, UserError
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
-from src.utils.misc import NoOp, get_rng_states, set_random_seed, set_rng_states, zero_none_grad
+from src.utils.misc import NoOp, set_random_seed, zero_none_grad
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +99,7 @@ class StepResult:
     comm_wait: float = 0.0  # of which blocked in the gradient allreduce after the last backward
 
 
-class Trainer:
+class Trainer(TrainerState):
     """``Trainer(cfg, task, hooks=()).train()`` -> summary dict (see :meth:`train`).
 
     ``hooks`` run after the default hooks (:meth:`default_hooks`) and the task's own
@@ -100,7 +112,9 @@ class Trainer:
         self.cfg, self.task = cfg, task
         self._extra_hooks = list(hooks)
         self.hooks: list[Hook] = []
-        self.global_step = self.epoch = self.batches_in_epoch = 0
+        self.global_step = self.epoch = self.examples_in_epoch = 0
+        self.elastic = horovod_elastic()
+        self._started = False
         self.best = {"metric": None, "value": None, "step": None, "bad_validations": 0}
         self.finished = False
         self.last_metrics: dict | None = None
@@ -111,11 +125,16 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
-        """Processes, outputs, model + optimizer + data, resume; then the hooks."""
+        """Processes, outputs, model + optimizer + data, resume (no collective under Horovod elastic)."""
         self._init_process()
         self._init_outputs()
         self._build()
-        self.hooks = self.default_hooks() + list(self.task.build_hooks(self.cfg)) + self._extra_hooks
+
+    def _make_hooks(self, elastic_state=None) -> list[Hook]:
+        hooks = self.default_hooks() + list(self.task.build_hooks(self.cfg)) + self._extra_hooks
+        if self.elastic or torchrun_restarts() > 0:
+            hooks.append(ElasticCommit(self.cfg.elastic_commit_steps, elastic_state))
+        return hooks
 
     def default_hooks(self) -> list[Hook]:
         """Metrics writer, validation (+ best checkpoint, early stopping), checkpoint retention, restore
@@ -129,6 +148,8 @@ class Trainer:
         if not hvd.is_initialized():
             hvd.set_backend(self.cfg.dist_backend)
         hvd.init()
+        if self.elastic:
+            check_horovod_backend()
         self.rank, self.world = hvd.rank(), hvd.size()
         self.is_main = self.rank == 0
         self.device = training_device(hvd.local_rank())
@@ -146,6 +167,13 @@ class Trainer:
         self.saver = ModelSaver(self.ckpt_dir) if self.is_main else None
         self.restorer = TrainingRestorer(self.ckpt_dir)
 
+    def become_main(self) -> None:
+        """Horovod elastic made this process rank 0 (the old one is gone): it now writes the outputs."""
+        setup_logging()
+        self._log_handler = add_log_to_file(os.path.join(self.log_dir, "log.txt"))
+        self.saver, self.tb = ModelSaver(self.ckpt_dir), make_tb_logger(self.log_dir, True)
+        logger.warning("elastic: this process is rank 0 now and writes log, checkpoints and metrics")
+
     def _claim_output_dir(self) -> str:
         """Rank 0 locks ``output_dir`` and applies the ``existing_run`` policy (``src.training.run_dir``);
         every rank gets the outcome, or raises the same one-line error."""
@@ -157,6 +185,8 @@ class Trainer:
             except Exception as e:  # every rank must learn of it, not wait in the next collective
                 self.run_dir.release()
                 outcome = e if isinstance(e, RunDirError) else RunDirError(f"{self.cfg.output_dir}: {e}")
+        if self.elastic:  # no collective before hvd.elastic.run: the first sync delivers it
+            return outcome
         outcome = hvd.broadcast_object(outcome, root_rank=0)
         if isinstance(outcome, Exception):
             raise RunDirError(str(outcome))
@@ -173,11 +203,12 @@ class Trainer:
                                              named_parameters=model.named_parameters(),
                                              backward_passes_per_step=self.plan.gradient_accumulation_steps)
         state = self.restorer.load()
-        check_same_restore_state(state, cfg.output_dir)
         if state is not None:
             model.load_state_dict(state["model"])
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        if not self.elastic:  # elastic: every rank takes rank 0's state in the first sync instead
+            check_same_restore_state(state, cfg.output_dir)
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         self.precision = build_precision(cfg, self.device)
         self.model, self.optimizer = self.precision.prepare(model, optimizer)
         # after prepare (which may cast them): the parameters the per-step code touches
@@ -191,6 +222,7 @@ class Trainer:
         if state is not None:
             self._load_restore_state(state)
             self._apply_extend()
+        self.precision.before_training(self.optimizer, fresh_run=self.global_step == 0)
         p = self.plan
         logger.info("training: %d examples, %d processes, batch %d x accum %d -> %d steps (%s); validate "
                     "every %d, restore file every %d steps", p.n_examples, p.world_size, p.train_batch_size,
@@ -300,16 +332,18 @@ class Trainer:
         return None if batch is None else move_to_device(batch, self.device)
 
     def _batches(self) -> Iterator:
-        """Batches forever, epoch after epoch, continuing at the saved data position."""
+        """Batches forever, epoch after epoch, continuing at the data position (``examples_in_epoch``:
+        consumed by all ranks together, see src.training.state)."""
         while True:
             self.sampler.set_epoch(self.epoch)
-            self.sampler.skip(self.batches_in_epoch * self.cfg.train_batch_size)
+            self.sampler.start_at(self.examples_in_epoch)
+            span = self.cfg.train_batch_size * self.world
             if len(self.sampler) > 0:
                 for batch in self.loader:
-                    self.batches_in_epoch += 1
+                    self.examples_in_epoch = min(self.examples_in_epoch + span, self.sampler.n)
                     yield batch
             self.epoch += 1
-            self.batches_in_epoch = 0
+            self.examples_in_epoch = 0
 
     def _reduce_loss_stats(self, stats: torch.Tensor) -> tuple[float, int]:
         if self.world > 1:
@@ -389,19 +423,9 @@ class Trainer:
         """
         try:
             self.setup()
-            if self.finished or self.at_end:
-                logger.info("training already finished at step %d (%s); nothing to do", self.global_step,
-                            self.restorer.path)
-                return self._summary()
-            self._accept_run()
-            for h in self.hooks:
-                h.before_train(self)
-            self._train_loop()
-            self._check_final_weights()
-            summary = self._summary()
-            for h in self.hooks:
-                h.after_train(self, summary)
-            return summary
+            if self.elastic:
+                return run_horovod_elastic(self, self._run)
+            return self._run()
         finally:
             for h in self.hooks:
                 h.close()
@@ -412,9 +436,30 @@ class Trainer:
             if self.run_dir is not None:
                 self.run_dir.release()
 
+    def _run(self, elastic_state=None) -> dict:
+        """Hooks, the loop, the end. Under Horovod elastic this is re-entered after every change of the
+        workers, with the state synced; what happens once per process is done on the first entry."""
+        if not self._started:
+            if isinstance(self.run_outcome, Exception):  # elastic: rank 0's run-directory error, synced
+                raise RunDirError(str(self.run_outcome))
+            if self.finished or self.at_end:
+                logger.info("training already finished at step %d (%s); nothing to do", self.global_step,
+                            self.restorer.path)
+                return self._summary()
+            self._accept_run()
+            self.hooks = self._make_hooks(elastic_state)
+            for h in self.hooks:
+                h.before_train(self)
+            self._started = True
+        self._train_loop()
+        self._check_final_weights()
+        summary = self._summary()
+        for h in self.hooks:
+            h.after_train(self, summary)
+        return summary
+
     def _train_loop(self) -> None:
         self.model.train()
-        self.precision.before_training(self.optimizer, fresh_run=self.global_step == 0)
         self.optimizer.zero_grad()
         self._data = self._batches()
         while not (self.finished or self.at_end):
@@ -431,68 +476,3 @@ class Trainer:
                 "best": {k: self.best[k] for k in ("metric", "value", "step")},
                 "last_metrics": self.last_metrics,
                 "stopped_early": self.finished and self.global_step < self.plan.stop_step}
-
-    # ---------------------------------------------------------------------------------- state
-    def weights_finite(self, state: dict | None = None) -> bool:
-        """The fp32 weights (``state``, default :meth:`model_state_dict`) and those the model runs with
-        (fp16 under amp O2, which overflow to inf long before the fp32 masters do) are all finite."""
-        state = self.model_state_dict() if state is None else state
-        running = dict(self.model.named_parameters())  # not state_dict(): under O2 that holds the masters
-        return all_finite(state) and all_finite(running)
-
-    def model_state_dict(self) -> dict:
-        """fp32 CPU copy of the model's weights (the fp32 masters under amp O2)."""
-        return fp32_state_dict(self.model, masters_by_name=self.precision.masters_by_name(self.optimizer))
-
-    def save_restore(self) -> None:
-        """Write ``ckpt/restore.pt``. Collective: every rank must call it (RNG states are gathered).
-        Weights that are no longer finite are not saved: the file keeps the last state worth resuming."""
-        state = self._restore_state()
-        if not self.weights_finite(state["model"]):
-            logger.warning("step %d: the weights are not finite (nan/inf); %s keeps the last finite state",
-                           self.global_step, self.restorer.path)
-            return
-        if self.is_main:
-            self.restorer.save(state)
-
-    def _restore_state(self) -> dict:
-        rngs = hvd.allgather_object(get_rng_states())
-        return {
-            "global_step": self.global_step, "epoch": self.epoch,
-            "batches_in_epoch": self.batches_in_epoch, "world_size": self.world,
-            "train_batch_size": self.cfg.train_batch_size, "num_train_steps": self.plan.num_train_steps,
-            "model": self.model_state_dict(), "optimizer": self.optimizer.state_dict(),
-            "amp": self.precision.state_dict(), "rng": rngs, "best": dict(self.best),
-            "finished": self.finished, "running_loss": self.running_loss.val,
-        }
-
-    def _load_restore_state(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.precision.restore_weights(self.model, self.optimizer, state["model"])
-        self.precision.load_state_dict(state.get("amp"))
-        self.global_step = state["global_step"]
-        self.epoch, self.batches_in_epoch = state["epoch"], state["batches_in_epoch"]
-        self.best.update(state["best"])
-        self.finished = state.get("finished", False)
-        if state.get("running_loss") is not None:
-            self.running_loss(state["running_loss"])
-        if state["num_train_steps"] != self.plan.num_train_steps:
-            logger.warning("resume: the run was planned for %d steps, now %d (config changed?)",
-                           state["num_train_steps"], self.plan.num_train_steps)
-        self._restore_data_position(state)
-        logger.info("resumed from %s at step %d (epoch %d, %d batches into it)", self.restorer.path,
-                    self.global_step, self.epoch, self.batches_in_epoch)
-
-    def _restore_data_position(self, state: dict) -> None:
-        """Same processes and batch size: every rank's RNGs come back (bit-exact continuation). Else the
-        data position is rescaled to the examples consumed and the RNGs reseeded."""
-        cfg = self.cfg
-        if state["world_size"] == self.world and state["train_batch_size"] == cfg.train_batch_size:
-            set_rng_states(state["rng"][self.rank])
-            return
-        consumed = state["batches_in_epoch"] * state["train_batch_size"] * state["world_size"]
-        self.batches_in_epoch = consumed // (cfg.train_batch_size * self.world)
-        set_random_seed(cfg.seed + 1000 * self.rank + self.global_step)
-        logger.warning("resume: saved with %d processes x batch %d, now %d x %d; the data position is "
-                       "rescaled and RNGs reseeded, so the continuation is not bit-exact",
-                       state["world_size"], state["train_batch_size"], self.world, cfg.train_batch_size)

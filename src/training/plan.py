@@ -8,7 +8,7 @@ tooling reads them).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 DEBUG_STEPS = 3  # --debug 1 stops after this many optimizer steps
 
@@ -54,6 +54,16 @@ class RunPlan:
     @property
     def examples_per_step(self) -> int:
         return self.world_size * self.train_batch_size * self.gradient_accumulation_steps
+
+    def rescaled(self, world_size: int, step: int) -> RunPlan:
+        """The plan after the number of processes changed at ``step`` (Horovod elastic): the examples
+        still to train on are kept, so the remaining steps scale by the ratio of examples per step.
+        The validation and restore-file cadences (in steps) stay as they were."""
+        new = replace(self, world_size=world_size)
+
+        def moved(end: int) -> int:
+            return step + math.ceil(max(0, end - step) * self.examples_per_step / new.examples_per_step)
+        return replace(new, num_train_steps=moved(self.num_train_steps), stop_step=moved(self.stop_step))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -113,6 +113,10 @@ class RunningMeter:
     def val(self):
         return self._val
 
+    def reset(self, val=None):
+        """Start again from ``val`` (None: the next value sets it), e.g. from a restored state."""
+        self._val = None if val is None else float(val)
+
     @property
     def name(self):
         return self._name
