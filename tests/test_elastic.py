@@ -305,3 +305,34 @@ def _child_of(pid: int, ancestor: int) -> bool:
         except (OSError, IndexError, ValueError):
             return False
     return False
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_rollback_to_a_snapshot_redoes_the_same_steps(tmp_path, precision):
+    """What a failed worker's survivors do: back to the commit (weights, fp32 masters and loss scale
+    under amp O2, optimizer state, counters, data position), then the same steps again give the same
+    weights as the first time (no dropout: the toy task is then deterministic)."""
+    from src.training.engine import Trainer
+    from tests.toy_task import ToyTask, toy_cfg
+
+    cfg = toy_cfg(tmp_path / precision, fp16=int(precision == "fp16"), dist_backend="torch")
+    t = Trainer(cfg, ToyTask(n_train=24, dropout=0.0))
+    t.setup()
+    t._data = t._batches()
+    for _ in range(2):
+        t.run_step()
+    snap = t.snapshot()
+    for _ in range(5):  # past the end of epoch 0 (6 steps of 4)
+        t.run_step()
+    first = (t.model_state_dict(), t.global_step, t.epoch, t.examples_in_epoch)
+    assert first[2] == 1
+    t.load_snapshot(snap)
+    assert (t.global_step, t.epoch, t.examples_in_epoch) == (2, 0, 8)
+    for k, v in t.model_state_dict().items():
+        torch.testing.assert_close(v, snap["model"][k], rtol=0, atol=0, msg=k)
+    t._data = t._batches()
+    for _ in range(5):
+        t.run_step()
+    assert (t.global_step, t.epoch, t.examples_in_epoch) == first[1:]
+    for k, v in t.model_state_dict().items():
+        torch.testing.assert_close(v, first[0][k], rtol=0, atol=0, msg=k)
