@@ -75,6 +75,37 @@ def test_itm_negatives_rate_and_other_images(stills):
     assert [ds[i]["examples"] for i in range(8)] == [ds[i]["examples"] for i in range(8)]  # evaluation: fixed
 
 
+def test_split_mlm_itm_gives_each_caption_one_objective(stills, tokenizer):
+    """split_mlm_itm: half the captions MLM (their own image, masked, ITM label -100), half ITM (whole
+    caption, negatives at itm_neg_prob among them, no MLM labels); the model scores each on its own."""
+    from src.datasets.collate import tokenize
+    from src.datasets.dataset_pretrain import PretrainCollator, mk_pretrain_examples
+    from src.datasets.jsonl import load_jsonl
+    ex = mk_pretrain_examples(load_jsonl(str(stills / "txt" / "stills_train.jsonl")))
+    groups = [(e["img_id"], [e]) for e in ex]
+    ds = PretrainDataset(groups, str(stills / "stills_db"), itm_neg_prob=0.5, split_objectives=True,
+                         max_img_size=48, is_train=True)
+    items = [ds[i] for _ in range(10) for i in range(len(ds))]
+    texts = [t for it in items for t in it["examples"]]
+    mlm = [t for t in texts if t["mlm"]]
+    assert abs(len(mlm) / len(texts) - 0.5) < 0.06 and all(t["itm_label"] == -100 for t in mlm)
+    itm = [t["itm_label"] for t in texts if not t["mlm"]]
+    assert set(itm) == {0, 1} and abs(itm.count(0) / len(itm) - 0.5) < 0.08
+    batch = PretrainCollator(tokenizer, 12).collate_items(items[:40], [])
+    ids, _ = tokenize(tokenizer, [t["text_str"] for it in items[:40] for t in it["examples"]], 12)
+    scored = batch["itm_labels"] != -100
+    assert torch.equal(batch["text_input_ids"][scored], ids[scored])  # ITM captions are never masked
+    assert (batch["mlm_labels"][scored] == -100).all() and (batch["mlm_labels"][~scored] != -100).any()
+    cfg = parse_args("pretrain", ["--config", str(REPO / "configs/demo_pretrain.json"), "--model_config",
+                                  str(REPO / "configs/model/tiny_model.json"), "--cnn_type", "tiny",
+                                  "--bert_weights_path", "", "--cnn_weights_path", ""])
+    from src.modeling.pretrain import build_pretrain_model
+    model = build_pretrain_model(cfg)
+    out = model({**batch, "visual_inputs": batch["visual_inputs"].float()})
+    assert out["itm_total"] == int(scored.sum()) and out["mlm_total"] == int((batch["mlm_labels"] != -100).sum())
+    assert torch.isfinite(out["loss"])
+
+
 def _cfg(stills, out, **kw):
     train = {"name": "stills", "vis_format": "image", "txt": str(stills / "txt/stills_train.jsonl"),
              "img": str(stills / "stills_db")}

@@ -11,6 +11,10 @@ PRETRAIN_OPTIONS = [
       group="pretrain"),
     O("itm_neg_prob", float, 0.5, "probability that a caption is replaced by one of another image (ITM)",
       min=0, max=1, group="pretrain"),
+    O("split_mlm_itm", bool, False, "each caption serves one objective: with probability 0.5 MLM (masked, "
+      "its own image), else ITM on the unmasked caption (a negative with itm_neg_prob); ClipBERT (0) "
+      "computes both on one masked caption, so ITM often cannot see the masked words that decide it",
+      group="pretrain"),
     O("pixel_random_sampling_size", int, 0, "training: keep this many random visual tokens per image "
       "(the same positions for the batch); 0 keeps all", min=0, group="pretrain"),
 ]

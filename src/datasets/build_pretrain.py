@@ -33,7 +33,9 @@ def _entry_dataset(cfg, entry, i, split):
     groups = mk_input_group(grouped, max_n_example_per_group=group, is_train=is_train)
     strategy = cfg.frm_sampling_strategy if is_train else "middle"
     ds = PretrainDataset(groups, entry["img"], vis_format=entry.get("vis_format", "image"),
-                         itm_neg_prob=float(cfg.itm_neg_prob), **_common(cfg, f"{name}_{split}", is_train),
+                         itm_neg_prob=float(cfg.itm_neg_prob),
+                         split_objectives=bool(cfg.split_mlm_itm and cfg.use_mlm and cfg.use_itm),
+                         **_common(cfg, f"{name}_{split}", is_train),
                          n_clips=1, clip_mode="strategy", frm_sampling_strategy=strategy)
     return ds, entry.get("ratio", 1), name
 

@@ -11,6 +11,10 @@ decodes with PIL into a 1-frame clip, "video" samples frames as the video tasks 
   of those 80% become [MASK], 10% a random token, 10% stay; labels are the original ids there and
   -100 elsewhere, and -100 on mismatched pairs. The collator's generator is seeded from the items'
   per-sample seeds, so masks do not depend on DataLoader workers and a resumed run masks alike.
+* ``split_objectives`` (option ``split_mlm_itm``): each caption serves one objective, drawn with
+  probability 0.5: MLM (masked, its own image; ITM label -100) or ITM (unmasked, negative with
+  ``itm_neg_prob``; MLM labels -100). ClipBERT's joint mode asks ITM to judge masked captions, and in
+  short captions the masked word is often the one that decides the match.
 """
 import random
 
@@ -62,7 +66,8 @@ class PretrainDataset(VideoDatasetBase):
     Item: {vid (T, 3, S, S), examples [{text_str, itm_label}], n_examples, vid_id, mlm_seed}.
     """
 
-    def __init__(self, datalist, img_lmdb_dir, vis_format="image", itm_neg_prob=0.5, **kw):
+    def __init__(self, datalist, img_lmdb_dir, vis_format="image", itm_neg_prob=0.5, split_objectives=False,
+                 **kw):
         kw.setdefault("name", "pretrain")
         super().__init__(datalist, img_lmdb_dir, **kw)
         if vis_format not in ("image", "video"):
@@ -72,6 +77,7 @@ class PretrainDataset(VideoDatasetBase):
         if itm_neg_prob > 0 and len({k for k, _ in datalist}) < 2:
             raise ValueError(f"{self.name}: ITM negatives need captions of at least 2 images")
         self.vis_format, self.itm_neg_prob = vis_format, float(itm_neg_prob)
+        self.split_objectives = bool(split_objectives)
 
     def __len__(self):
         return len(self.datalist)
@@ -100,9 +106,11 @@ class PretrainDataset(VideoDatasetBase):
         rng = random.Random(index) if not self.is_train else random
         texts = []
         for e in examples:
-            neg = rng.random() < self.itm_neg_prob
+            mlm_only = self.split_objectives and rng.random() < 0.5
+            neg = not mlm_only and rng.random() < self.itm_neg_prob
             text = self._negative(img_id, rng) if neg else e["txt"]
-            texts.append({"text_str": text, "itm_label": int(not neg)})
+            texts.append({"text_str": text, "itm_label": -100 if mlm_only else int(not neg),
+                          "mlm": mlm_only or not self.split_objectives})
         seed = rng.getrandbits(31)
         return {"vid": frames, "examples": texts, "n_examples": len(texts), "vid_id": img_id,
                 "mlm_seed": seed}, None
@@ -123,6 +131,8 @@ class PretrainCollator(CollatorBase):
         masked, mlm_labels = mask_tokens(ids, mask, self.tokenizer, g)
         itm = torch.tensor([t["itm_label"] for t in texts], dtype=torch.long)
         mlm_labels[itm == 0] = -100  # no MLM on a caption of another image
+        itm_only = torch.tensor([not t.get("mlm", True) for t in texts])
+        masked[itm_only], mlm_labels[itm_only] = ids[itm_only], -100  # split_objectives: ITM sees it whole
         return {"visual_inputs": stack_visual(items), "text_input_ids": masked, "text_input_mask": mask,
                 "mlm_labels": mlm_labels, "itm_labels": itm,
                 "n_examples_list": [d["n_examples"] for d in items], "vid_ids": [d["vid_id"] for d in items],

@@ -48,7 +48,8 @@ class ClipBertForPretraining(ClipBert):
     """``model(batch) -> {"loss", "mlm_loss", "itm_loss", counts for accuracies}``.
 
     batch: ClipBert's keys plus ``mlm_labels`` (N, L) (-100 where not masked) and ``itm_labels`` (N,)
-    (1 matched, 0 a caption of another image). ``use_mlm`` / ``use_itm`` choose the losses.
+    (1 matched, 0 a caption of another image, -100 not scored: split_mlm_itm). ``use_mlm`` / ``use_itm``
+    choose the losses.
     """
 
     def __init__(self, cnn, transformer, use_mlm=True, use_itm=True):
@@ -70,13 +71,15 @@ class ClipBertForPretraining(ClipBert):
         zero = itm_logits.sum() * 0.0  # keeps every head in the graph (one allreduce set per step)
         mlm_loss = F.cross_entropy(mlm_logits.float(), targets) if targets.numel() else zero + \
             mlm_logits.sum() * 0.0
-        itm_loss = F.cross_entropy(itm_logits.float(), itm_labels) if self.use_itm else zero
+        itm_scored = itm_labels != -100  # -100: a caption used for MLM only (split_mlm_itm)
+        itm_loss = F.cross_entropy(itm_logits.float(), itm_labels) if self.use_itm and itm_scored.any() \
+            else zero
         loss = (mlm_loss if self.use_mlm else zero) + itm_loss
         return {"loss": loss, "mlm_loss": mlm_loss.detach(), "itm_loss": itm_loss.detach(),
                 "mlm_correct": (mlm_logits.argmax(-1) == targets).sum().detach(),
                 "mlm_total": targets.numel(),
-                "itm_correct": (itm_logits.argmax(-1) == itm_labels).sum().detach(),
-                "itm_total": itm_labels.numel()}
+                "itm_correct": ((itm_logits.argmax(-1) == itm_labels) & itm_scored).sum().detach(),
+                "itm_total": int(itm_scored.sum())}
 
 
 def build_pretrain_model(cfg) -> ClipBertForPretraining:
