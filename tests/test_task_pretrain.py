@@ -102,7 +102,8 @@ def test_split_mlm_itm_gives_each_caption_one_objective(stills, tokenizer):
     from src.modeling.pretrain import build_pretrain_model
     model = build_pretrain_model(cfg)
     out = model({**batch, "visual_inputs": batch["visual_inputs"].float()})
-    assert out["itm_total"] == int(scored.sum()) and out["mlm_total"] == int((batch["mlm_labels"] != -100).sum())
+    assert out["itm_total"] == int(scored.sum())
+    assert out["mlm_total"] == int((batch["mlm_labels"] != -100).sum())
     assert torch.isfinite(out["loss"])
 
 
