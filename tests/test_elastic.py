@@ -336,3 +336,76 @@ def test_rollback_to_a_snapshot_redoes_the_same_steps(tmp_path, precision):
     assert (t.global_step, t.epoch, t.examples_in_epoch) == first[1:]
     for k, v in t.model_state_dict().items():
         torch.testing.assert_close(v, first[0][k], rtol=0, atol=0, msg=k)
+
+
+def test_task_validation_data_is_rebuilt_when_the_world_changes(monkeypatch):
+    """Tasks build their validation share once; after an elastic change of workers, again."""
+    import src.compat.hvd as hvd
+    from src.tasks.common import ClipBertTask
+    task, builds = ClipBertTask(), []
+
+    def build():
+        builds.append((hvd.rank(), hvd.size()))
+        return len(builds)
+    monkeypatch.setattr(hvd, "rank", lambda: 1)
+    monkeypatch.setattr(hvd, "size", lambda: 2)
+    assert task.val_data(build) == 1 and task.val_data(build) == 1
+    monkeypatch.setattr(hvd, "rank", lambda: 0)
+    monkeypatch.setattr(hvd, "size", lambda: 1)
+    assert task.val_data(build) == 2 and builds == [(1, 2), (0, 1)]
+
+
+@requires_horovod
+def test_demo_retrieval_under_horovod_elastic_survives_a_lost_host(sshd, tmp_path):
+    """The real task (LMDB videos, a DataLoader worker, distributed retrieval validation): the worker
+    on 127.0.0.2 is SIGKILLed after step 4; the job finishes on 127.0.0.1 alone, validating there."""
+    cfg_path = mn.write_demo_config(tmp_path)
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update({"num_train_epochs": 4, "elastic_commit_steps": 2, "n_workers": 1, "num_valid": 2,
+                "min_valid_steps": 1, "log_interval": 1})
+    cfg_path.write_text(json.dumps(cfg))
+    out, log = tmp_path / "run", tmp_path / "horovodrun.log"
+    cmd = [str(mp_utils.BIN / "horovodrun"), "-np", "2", "--min-np", "1", "--max-np", "2",
+           "--host-discovery-script", str(_discovery(tmp_path / "discover.sh", None)),
+           "--network-interface", "lo", "--ssh-port", str(sshd["port"]),
+           "--ssh-identity-file", str(sshd["key"]), "--gloo-timeout-seconds", "30",
+           sys.executable] + mn.train_args(cfg_path, out)
+    with open(log, "w") as f:
+        proc = subprocess.Popen([str(c) for c in cmd], cwd=str(mp_utils.REPO), stdout=f,
+                                stderr=subprocess.STDOUT, env=mp_utils._env({"PATH": sshd["path"]}),
+                                start_new_session=True)
+    try:
+        deadline = time.time() + TIMEOUT
+        while "step 4/" not in log.read_text():
+            assert proc.poll() is None and time.time() < deadline, log.read_text()[-4000:]
+            time.sleep(0.2)
+        victim = _worker_on_host(mn.HOSTS[1])
+        os.kill(victim, signal.SIGKILL)
+        assert proc.wait(timeout=TIMEOUT) == 0, log.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    state = final_restore(out)
+    assert state["finished"] and state["world_size"] == 1 and state["global_step"] > 8
+    text = log.read_text()
+    assert "2 -> 1 processes" in text and f"validation at step {state['global_step']}" in text, text[-4000:]
+
+
+def _worker_on_host(host: str) -> int:
+    """The training process Horovod started for ``host`` (not its DataLoader workers: their parent
+    is a training process too)."""
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        ours = any(a.endswith(b"run_video_retrieval.py") for a in argv)
+        if ours and f"HOROVOD_HOSTNAME={host}".encode() in env:
+            procs[int(pid)] = ppid
+    roots = [p for p, parent in procs.items() if parent not in procs]
+    assert len(roots) == 1, procs
+    return roots[0]

@@ -95,6 +95,15 @@ class ClipBertTask(Task):
     """Base task over ClipBert: subclasses give ``build_train_data``, ``evaluate`` and ``run_inference``."""
 
     main_metric = "loss"
+    _val = _val_key = None
+
+    def val_data(self, build):
+        """The validation data from ``build()``, built once (tokenizer, LMDB, annotations) per rank and
+        world size: after a Horovod elastic change of workers each rank evaluates its new share."""
+        key = (hvd.rank(), hvd.size())
+        if self._val_key != key:
+            self._val, self._val_key = build(), key
+        return self._val
 
     # -- model / training --------------------------------------------------------------------
     def build_model(self, cfg):

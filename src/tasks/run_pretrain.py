@@ -26,9 +26,6 @@ _SUMS = ("mlm_loss_sum", "mlm_correct", "mlm_total", "itm_loss_sum", "itm_correc
 class PretrainTask(ClipBertTask):
     main_metric = "loss"
 
-    def __init__(self):
-        self._val = None
-
     def build_model(self, cfg):
         return build_pretrain_model(cfg)
 
@@ -40,12 +37,11 @@ class PretrainTask(ClipBertTask):
         return {"loss": out["loss"], "mlm_loss": out["mlm_loss"], "itm_loss": out["itm_loss"]}
 
     def evaluate(self, model, cfg, global_step):
-        if self._val is None:
+        def build():
             sets, collate = build_pretrain_datasets(cfg, "val")
-            self._val = [(name, self.build_eval_loader(ds, collate, cfg, cfg.val_batch_size))
-                         for name, ds in sets]
+            return [(name, self.build_eval_loader(ds, collate, cfg, cfg.val_batch_size)) for name, ds in sets]
         metrics, total = {}, dict.fromkeys(_SUMS, 0.0)
-        for name, loader in self._val:
+        for name, loader in self.val_data(build):
             sums = _sum_ranks(_val_sums(model, loader, name))
             metrics[name] = _rates(sums, unwrap_model(model))
             total = {k: total[k] + sums[k] for k in _SUMS}

@@ -54,9 +54,6 @@ class VideoQATask(ClipBertTask):
     """The engine's Task for frameqa / msrvtt_qa (open-ended) and action / transition (5-way)."""
     main_metric = "overall_acc"
 
-    def __init__(self):
-        self._val = None
-
     def build_train_data(self, cfg):
         return build_qa_datasets(cfg, "train")
 
@@ -67,9 +64,7 @@ class VideoQATask(ClipBertTask):
         return ds, self.build_eval_loader(ds, collate, cfg, bs)
 
     def evaluate(self, model, cfg, global_step):
-        if self._val is None:  # built once: tokenizer, LMDB, annotations
-            self._val = self.qa_loader(cfg, "val")
-        ds, loader = self._val
+        ds, loader = self.val_data(lambda: self.qa_loader(cfg, "val"))
         preds, loss_sum, n_loss = predict(model, loader, cfg, debug=cfg.debug)
         metrics = qa_metrics(ds, cfg, preds, loss_sum, n_loss)
         bad = gather_bad_videos(ds)

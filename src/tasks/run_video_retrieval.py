@@ -80,9 +80,6 @@ def recall_line(m):
 class RetrievalTask(ClipBertTask):
     main_metric = "text2video_r1"
 
-    def __init__(self):
-        self._val = None
-
     def build_train_data(self, cfg):
         return build_retrieval_datasets(cfg, "train")
 
@@ -91,10 +88,10 @@ class RetrievalTask(ClipBertTask):
                                       indices=retrieval_shard(dataset, hvd.rank(), hvd.size()))
 
     def evaluate(self, model, cfg, global_step):
-        if self._val is None:  # built once: tokenizer + LMDB + caption chunks
+        def build():  # tokenizer + LMDB + caption chunks, this rank's share of the videos
             ds, collate = build_retrieval_datasets(cfg, "val")
-            self._val = (ds, self.retrieval_loader(ds, collate, cfg))
-        ds, loader = self._val
+            return ds, self.retrieval_loader(ds, collate, cfg)
+        ds, loader = self.val_data(build)
         metrics, report = evaluate_retrieval(model, ds, loader, cfg)
         if report["count"]:  # the denominators, logged with the metrics, when videos were skipped
             metrics["evaluated"] = report["evaluated"]

@@ -53,9 +53,6 @@ class VQATask(ClipBertTask):
     """The engine's Task for VQA: images through the video pipeline as 1-frame clips."""
     main_metric = "overall_acc"
 
-    def __init__(self):
-        self._val = None
-
     def build_train_data(self, cfg):
         return build_vqa_datasets(cfg, "train")
 
@@ -70,9 +67,7 @@ class VQATask(ClipBertTask):
         return ds, self.build_eval_loader(ds, collate, cfg, bs)
 
     def evaluate(self, model, cfg, global_step):
-        if self._val is None:  # built once: tokenizer, LMDB, annotations
-            self._val = self.vqa_loader(cfg, "val")
-        ds, loader = self._val
+        ds, loader = self.val_data(lambda: self.vqa_loader(cfg, "val"))
         local, loss_sum, n_loss = predict(model, loader, ds.label2ans, debug=cfg.debug)
         preds = gather_qa_results(local)
         metrics = eval_vqa(preds, ground_truth(ds))
