@@ -15,7 +15,9 @@ hook                collective  what it does
                                 file (gathers every rank's RNG state)
 ==================  ==========  ====================================================================
 
-then the task's hooks (``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``.
+then the task's hooks (``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``,
+and last, in elastic runs only, ``src.training.elastic.ElasticCommit`` (collective: every
+``elastic_commit_steps``, Horovod's commit or, under ``torchrun --max-restarts``, the restore file).
 
 A **collective** hook calls collective operations (allreduce, broadcast, gather): it must run on every
 rank at the same steps, in the same order, or the job stalls until the launcher's timeout. Decide when
