@@ -247,3 +247,38 @@ def test_horovodrun_two_processes_agree(demo):
     assert r0["summary"]["last_metrics"] == r1["summary"]["last_metrics"]  # gathered over both ranks
     assert 0 <= r0["summary"]["last_metrics"]["overall_acc"] <= 100
     assert _load(Path(cfg["output_dir"]) / "log" / "args.json")["n_gpu"] == 2
+
+
+def test_inference_with_a_corrupt_image_skips_it_and_says_so(demo, tmp_path):
+    """An undecodable image at evaluation (skip_bad_videos 1): its questions are left out, named in
+    skipped_images.json with the reason, and the accuracy is over the rest, with its denominators."""
+    import shutil
+
+    import lmdb
+    cfg = parse_args("vqa", ["--config", str(demo["cfg"]), "--output_dir", str(tmp_path / "run"),
+                             "--num_train_epochs", "1"])
+    Trainer(cfg, VQATask()).train()
+    db = tmp_path / "img_db"
+    shutil.copytree(demo["data"] / "vqa_img_db", db)
+    txt = demo["data"] / "txt/vqa_val.jsonl"
+    rows = [json.loads(x) for x in open(txt)]
+    broken = str(rows[0]["image_id"])
+    env = lmdb.open(str(db), map_size=1 << 28)
+    with env.begin(write=True) as txn:
+        assert txn.get(broken.encode()) is not None
+        txn.put(broken.encode(), b"\x89PNG truncated")
+    env.close()
+    assert main("vqa", VQATask, ["--do_inference", "1", "--output_dir", str(tmp_path / "run"),
+                                 "--inference_txt_db", str(txt), "--inference_img_db", str(db),
+                                 "--n_workers", "0"]) == 0
+    rdir = next((tmp_path / "run" / "results_vqa_val").iterdir())
+    skipped = _load(rdir / "skipped_images.json")
+    n_broken = sum(str(r["image_id"]) == broken for r in rows)
+    assert skipped["count"] == 1 and skipped["keys"] == [{"key": broken, "reason": "decode_failed"}]
+    assert skipped["evaluated"] == {"questions": len(rows) - n_broken, "questions_total": len(rows),
+                                    "skipped_images": 1}
+    results = _load(rdir / "results_all.json")
+    assert len(results) == len(rows) - n_broken
+    assert {r["question_id"] for r in results} == {r["question_id"] for r in rows
+                                                   if str(r["image_id"]) != broken}
+    assert _load(rdir / "scores.json")["n_questions"] == len(rows) - n_broken
