@@ -30,16 +30,22 @@ def init(*args, **kwargs):
         dist.init_process_group("nccl" if use_nccl else "gloo", timeout=timeout,
                                 **_restart_safe_store(world, timeout))
         _S["device"] = f"cuda:{_S['local_rank']}" if use_nccl else "cpu"
-        atexit.register(shutdown)  # a group left to interpreter teardown can abort the exit (SIGABRT)
+        if _restarted():  # a restarted group left to interpreter teardown aborted the exit (SIGABRT)
+            atexit.register(shutdown)
     _S["group"] = world > 1
+
+
+def _restarted():
+    """This worker was started by ``torchrun --max-restarts`` after a failure (round > 0)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
 
 
 def _restart_safe_store(world, timeout):
     """After ``torchrun --max-restarts`` restarted the workers, the agent's store can still hold the
     previous round's process-group keys, and a new worker then reads a dead peer's address (gloo:
     "connectFullMesh failed ... Connection refused", seen in about half of the restarts here). Keys of
-    restart round ``n`` go under their own prefix; outside torchrun's agent store: the default."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+    restart round ``n`` > 0 go under their own prefix; a first round, or no agent store: the default."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not _restarted():
         return {}
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
                           timeout=timeout)
