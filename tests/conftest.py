@@ -15,3 +15,15 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 requires_horovod = pytest.mark.skipif(
     not mp_utils.horovodrun_available() and os.environ.get("CI") != "true",
     reason="Horovod not installed (run ./run_scripts/setup_env.sh)")
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    """A throwaway sshd on the loopback hosts 127.0.0.1/127.0.0.2 (tests/multinode_utils.py); skips,
+    saying why, where it cannot run."""
+    from tests import multinode_utils as mn
+    reason = mn.sshd_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with mn.loopback_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server

@@ -139,15 +139,6 @@ def _worker(out, ledger, overrides, *extra):
 
 
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    reason = mn.sshd_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with mn.loopback_sshd(tmp_path_factory.mktemp("sshd")) as server:
-        yield server
-
-
 def _discovery(path: Path, trigger: Path | None) -> Path:
     """Both loopback hosts; with ``trigger``, the second only once that file exists."""
     second = f"[ -f {trigger} ] && echo {mn.HOSTS[1]}:1\n" if trigger else f"echo {mn.HOSTS[1]}:1\n"

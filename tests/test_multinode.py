@@ -41,15 +41,6 @@ def torchrun_ref(demo_cfg, tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    reason = mn.sshd_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with mn.loopback_sshd(tmp_path_factory.mktemp("sshd")) as server:
-        yield server
-
-
 def _ssh_env(sshd):
     """What multinode_horovod.sh needs to reach 127.0.0.2 through the test's sshd."""
     return {"NIC": "lo", "SSH_PORT": str(sshd["port"]), "SSH_KEY": str(sshd["key"]), "PATH": sshd["path"],

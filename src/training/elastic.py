@@ -63,7 +63,7 @@ class ElasticCommit(Hook):
             return
         if self.state is not None:
             self.state.commit()
-        else:
+        elif trainer.global_step % trainer.plan.save_steps:  # else RestoreSaver has just written it
             trainer.save_restore()
 
 
