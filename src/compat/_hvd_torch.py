@@ -6,6 +6,7 @@ every collective is the identity and no process group is created.
 import atexit
 import datetime
 import os
+import sys
 import warnings
 
 import torch
@@ -13,7 +14,8 @@ import torch.distributed as dist
 
 from src.compat._compression import Compression
 
-_S = {"rank": 0, "size": 1, "local_rank": 0, "local_size": 1, "group": False, "device": "cpu"}
+_S = {"rank": 0, "size": 1, "local_rank": 0, "local_size": 1, "group": False, "device": "cpu",
+      "failed": False}
 
 
 def init(*args, **kwargs):
@@ -30,8 +32,8 @@ def init(*args, **kwargs):
         dist.init_process_group("nccl" if use_nccl else "gloo", timeout=timeout,
                                 **_restart_safe_store(world, timeout))
         _S["device"] = f"cuda:{_S['local_rank']}" if use_nccl else "cpu"
-        if _restarted():  # a restarted group left to interpreter teardown aborted the exit (SIGABRT)
-            atexit.register(shutdown)
+        atexit.register(_leave_together)
+        sys.excepthook = _note_failure
     _S["group"] = world > 1
 
 
@@ -51,6 +53,26 @@ def _restart_safe_store(world, timeout):
                           timeout=timeout)
     prefix = f"clipbert/restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     return {"store": dist.PrefixStore(prefix, store), "rank": _S["rank"], "world_size": world}
+
+
+def _leave_together():
+    """At a clean interpreter exit: wait (10 s at most) until every rank is leaving, then tear the
+    group down. A rank that exited while its peers' gloo threads still held connections to it made
+    one of them abort at exit ("terminate called without an active exception", SIGABRT) in about
+    every other 2-process run here, after all the work was done. After an uncaught exception, or if a
+    peer does not arrive, nothing is waited for: the launcher ends the job."""
+    if _S["failed"] or not (_S["group"] and dist.is_initialized()) or dist.get_backend() != "gloo":
+        return
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=10))
+    except Exception:  # a peer is gone or stuck: leave without tearing down
+        return
+    shutdown()
+
+
+def _note_failure(exc_type, exc, tb, _previous=sys.excepthook):
+    _S["failed"] = True
+    _previous(exc_type, exc, tb)
 
 
 def shutdown():
