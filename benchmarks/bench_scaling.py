@@ -10,7 +10,7 @@ is compute (forward, backward, optimizer) and overhead. Settings are run in alte
 times; the table gives medians over the steps after ``--warmup``, and the ratios to the baseline
 (1 process, 1 thread). Run it on an otherwise idle machine.
 
-    .venv/bin/python benchmarks/bench_scaling.py [--data_ratio 0.15] [--rounds 2] [--data_dir data/demo]
+    .venv/bin/python benchmarks/bench_scaling.py [--data_ratio 0.25] [--rounds 2] [--data_dir data/demo]
 """
 import argparse
 import json
@@ -26,45 +26,62 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 SCRIPT = os.path.join(REPO, "src", "tasks", "run_video_retrieval.py")
 
-# name: (processes, threads per process, extra flags); batch 16 per process, as the demo config
+# name: (launcher, threads per process, extra flags, extra env); batch 16 per process, as the demo config.
+# Launchers: "one" (a single process), "horovodrun" / "torchrun" (2 processes), "independent" (two
+# separate single-process trainings at once, no communication: the ceiling of any 2-process scheme
+# on this machine; its ex/s is their sum).
+ACCUM = ["--train_batch_size", "4", "--gradient_accumulation_steps", "4"]
 SETTINGS = {
-    "1 proc x 1 thread": (1, 1, []),
-    "1 proc x 2 threads": (1, 2, []),
-    "2 procs x 1 thread": (2, 1, []),
-    "2 procs, fp16 allreduce": (2, 1, ["--grad_compression", "fp16"]),
-    "1 proc, batch 4 x accum 4": (1, 1, ["--train_batch_size", "4", "--gradient_accumulation_steps", "4"]),
-    "2 procs, batch 4 x accum 4": (2, 1, ["--train_batch_size", "4", "--gradient_accumulation_steps", "4"]),
+    "1 proc x 1 thread": ("one", 1, [], {}),
+    "1 proc x 2 threads": ("one", 2, [], {}),
+    "2 procs (horovodrun)": ("horovodrun", 1, [], {}),
+    "2 procs (horovodrun), Horovod's 1 ms cycle": ("horovodrun", 1, [], {"HOROVOD_CYCLE_TIME": "1"}),
+    "2 procs (horovodrun), row-sparse embedding": ("horovodrun", 1, ["--row_sparse_allreduce", "1"], {}),
+    "2 procs (horovodrun), fp16 allreduce": ("horovodrun", 1, ["--grad_compression", "fp16"], {}),
+    "2 procs (torchrun)": ("torchrun", 1, [], {}),
+    "2 independent procs (ceiling)": ("independent", 1, [], {}),
+    "1 proc, batch 4 x accum 4": ("one", 1, ACCUM, {}),
+    "2 procs (horovodrun), batch 4 x accum 4": ("horovodrun", 1, ACCUM, {}),
 }
 
 
-def command(n_proc, extra, out, data_dir, data_ratio):
-    """The training command line of one setting (horovodrun for 2 processes)."""
+def command(launcher, extra, out, data_dir, data_ratio):
+    """The training command line of one process group of a setting."""
     args = [SCRIPT, "--config", os.path.join(REPO, "configs", "demo_ret.json"), "--output_dir", out,
             "--log_interval", "1", "--num_valid", "1", "--min_valid_steps", str(10 ** 6),
             "--num_train_epochs", "1", "--data_ratio", str(data_ratio), *extra]
     args = [a.replace("data/demo", data_dir) for a in args]
-    if n_proc == 1:
+    if launcher in ("one", "independent"):
         return [sys.executable, *args]
-    return [os.path.join(BIN, "horovodrun"), "-np", str(n_proc), "-H", f"localhost:{n_proc}", "--gloo",
-            sys.executable, *args]
+    if launcher == "torchrun":
+        return [os.path.join(BIN, "torchrun"), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                "--master_port", "29533", *args]
+    return [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, *args]
 
 
 def run_setting(name, data_dir, data_ratio, warmup):
-    n_proc, threads, extra = SETTINGS[name]
-    out = tempfile.mkdtemp(prefix="bench_scaling_")
+    launcher, threads, extra, extra_env = SETTINGS[name]
+    outs = [tempfile.mkdtemp(prefix="bench_scaling_") for _ in range(2 if launcher == "independent" else 1)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "CLIPBERT_PROGRESS": "off",
-           "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
+           "DIST_BACKEND": "torch" if launcher == "torchrun" else "auto",
+           "PATH": BIN + os.pathsep + os.environ.get("PATH", ""), **extra_env}
     t0 = time.time()
-    p = subprocess.run(command(n_proc, extra, out, data_dir, data_ratio), cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=1800)
+    procs = [subprocess.Popen(command(launcher, extra, out, data_dir, data_ratio), cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for out in outs]
+    errs = [p.communicate(timeout=1800)[1] for p in procs]
     wall = time.time() - t0
-    if p.returncode != 0:
-        raise SystemExit(f"{name} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    rows = [json.loads(x) for x in open(os.path.join(out, "log", "metrics.jsonl"))]
-    rows = [r for r in rows if r["split"] == "train" and r["step"] > warmup]
-    shutil.rmtree(out, ignore_errors=True)
-    return {"ex_s": [r["examples_per_s"] for r in rows], "data": [r["data_wait_ratio"] for r in rows],
-            "comm": [r["comm_wait_ratio"] for r in rows], "wall": wall}
+    for p, err in zip(procs, errs):
+        if p.returncode != 0:
+            raise SystemExit(f"{name} failed ({p.returncode}):\n{err[-3000:]}")
+    per_run = []
+    for out in outs:
+        rows = [json.loads(x) for x in open(os.path.join(out, "log", "metrics.jsonl"))]
+        per_run.append([r for r in rows if r["split"] == "train" and r["step"] > warmup])
+        shutil.rmtree(out, ignore_errors=True)
+    n = min(len(rows) for rows in per_run)  # independent runs: step i of each, side by side, summed
+    return {"ex_s": [sum(rows[i]["examples_per_s"] for rows in per_run) for i in range(n)],
+            "data": [per_run[0][i]["data_wait_ratio"] for i in range(n)],
+            "comm": [per_run[0][i]["comm_wait_ratio"] for i in range(n)], "wall": wall}
 
 
 def summarise(runs):
@@ -76,7 +93,7 @@ def summarise(runs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data_ratio", type=float, default=0.15)
+    ap.add_argument("--data_ratio", type=float, default=0.25)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--data_dir", default="data/demo")

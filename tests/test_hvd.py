@@ -118,3 +118,20 @@ def test_all_gather_list_returns_fresh_copies_in_one_process():
     b = any_broadcast(data)
     b["k"].clear()
     assert data == {"k": [1, 2]}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("given", [None, "3"])
+def test_horovod_cycle_time_default_for_cpu_jobs(given):
+    """A CPU job under horovodrun gets HOROVOD_CYCLE_TIME=20 (ms) from hvd.init() unless the user set
+    one (Horovod's 1 ms default costs CPU ranks compute: benchmarks/bench_scaling.py)."""
+    if not mp_utils.horovodrun_available():
+        pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
+    code = ("import os, src.compat.hvd as hvd; hvd.init(); "
+            "print('cycle', hvd.rank(), os.environ['HOROVOD_CYCLE_TIME'])")
+    env = {"DIST_BACKEND": "horovod"}
+    if given:
+        env["HOROVOD_CYCLE_TIME"] = given
+    p = mp_utils.check(mp_utils.run_horovod(["-c", code], timeout=60, env=env))
+    seen = sorted(line.split("cycle ", 1)[1] for line in p.stdout.splitlines() if "cycle " in line)
+    assert seen == [f"0 {given or '20'}", f"1 {given or '20'}"], p.stdout

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from src.compat._compression import Compression
+from src.compat._row_sparse import average_rows
 
 _S = {"rank": 0, "size": 1, "local_rank": 0, "local_size": 1, "group": False, "device": "cpu",
       "failed": False}
@@ -210,7 +211,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     """Mixed into a dynamic subclass of the user's optimizer class (as Horovod does)."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor):
+                 gradient_predivide_factor, row_sparse=()):
         super(self.__class__, self).__init__(params)
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
@@ -237,8 +238,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._hook_handles = []
         self._buckets, self._bucket_of, self._delay = [], {}, {}
+        # reduced in synchronize(), over the rows some rank touched (src.compat._row_sparse)
+        self._row_sparse = [p for p in all_params if p.requires_grad and any(p is q for q in row_sparse)]
+        if self._row_sparse and op != "average":
+            raise ValueError("DistributedOptimizer: row_sparse parameters need op=average")
         if size() > 1:
-            self._build_buckets([p for p in all_params if p.requires_grad])
+            self._build_buckets([p for p in all_params if p.requires_grad
+                                 and not any(p is q for q in self._row_sparse)])
             self._register_hooks()
         self._reset()
 
@@ -325,6 +331,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p.grad.detach().copy_(flat[offset:offset + n].view_as(p.grad).to(p.grad.device, p.grad.dtype))
                 offset += n
 
+    def _average_packed(self, packed, ctx):
+        """A row-sparse table's rows, averaged as ``_finish`` averages a bucket."""
+        return self._compression.decompress(allreduce(packed, "sum"), ctx) * (1.0 / size())
+
     def synchronize(self):
         """Finish every gradient allreduce (launching those not yet started), then reset counts."""
         if size() > 1:
@@ -336,6 +346,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._next_bucket += 1
             for i in sorted(self._pending):
                 self._finish(i)
+            for p in self._row_sparse:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                average_rows(p.grad, allgather, self._average_packed, self._compression)
             self._reset()
         self._synchronized = True
 
@@ -378,11 +392,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op="average", gradient_predivide_factor=1.0,
-                         **kwargs):
+                         row_sparse=(), **kwargs):
     unknown = set(kwargs) - {"sparse_as_dense", "groups", "num_groups", "process_set"}
     if unknown:
         raise TypeError(f"DistributedOptimizer got unexpected argument(s) {sorted(unknown)}")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression or Compression.none,
-               backward_passes_per_step, op, gradient_predivide_factor)
+               backward_passes_per_step, op, gradient_predivide_factor, row_sparse)

@@ -269,14 +269,19 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
                          compression: Compressor = Compression.none, backward_passes_per_step: int = 1,
                          op: str = Average, gradient_predivide_factor: float = 1.0,
+                         row_sparse: Iterable[torch.Tensor] = (),
                          **kwargs: Any) -> torch.optim.Optimizer:
-    """Wrap ``optimizer`` so gradients are averaged over ranks (see the module docstring)."""
+    """Wrap ``optimizer`` so gradients are averaged over ranks (see the module docstring).
+
+    ``row_sparse`` (ours, not Horovod's): parameters, typically embedding tables, whose gradients are
+    averaged in ``synchronize()`` over only the rows some rank touched (exact; src.compat._row_sparse).
+    """
     if backward_passes_per_step <= 0:
         raise ValueError(f"backward_passes_per_step must be > 0, got {backward_passes_per_step}")
     return _impl().DistributedOptimizer(
         optimizer, named_parameters=named_parameters, compression=compression,
         backward_passes_per_step=backward_passes_per_step, op=op,
-        gradient_predivide_factor=gradient_predivide_factor, **kwargs)
+        gradient_predivide_factor=gradient_predivide_factor, row_sparse=tuple(row_sparse), **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

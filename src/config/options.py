@@ -101,6 +101,10 @@ SHARED_OPTIONS = [
     O("grad_compression", str, "none", "gradient allreduce compression: none | fp16 (Horovod's "
       "Compression.fp16: half the bytes on the wire, gradients rounded to fp16)", choices=("none", "fp16"),
       group="product"),
+    O("row_sparse_allreduce", int, 0, "1: the word-embedding gradient (nn.Embedding tables of >= 1024 rows) "
+      "is averaged over only the rows some rank's batch touched, not all 30,522 (exact: the other rows "
+      "are zero on every rank); for links where the 47 MB dense table costs (several machines over "
+      "Ethernet); no gain on one machine", choices=(0, 1), group="product"),
     O("elastic_commit_steps", int, 50, "elastic training: optimizer steps between commits of the run's "
       "state (horovodrun --min-np/--max-np: to host memory, a failed worker rolls the others back to it; "
       "torchrun --max-restarts: to ckpt/restore.pt, restarted workers resume from it); unused otherwise",

@@ -102,3 +102,17 @@ def build_optimizer(model, cfg):
     if cfg.optim == "adamax":
         return torch.optim.Adamax(groups, lr=cfg.learning_rate, betas=betas)
     raise ValueError(f"optim={cfg.optim!r} is invalid: expected adamw|adam|adamax")
+
+
+def embedding_tables(model, min_rows=1024):
+    """The trainable weights of ``nn.Embedding`` tables with at least ``min_rows`` rows (BERT's
+    word embeddings; not the position or token-type tables): their gradients are row-sparse, so the
+    engine has them averaged over the touched rows only (``row_sparse_allreduce``)."""
+    seen, out = set(), []
+    for mod in model.modules():
+        w = getattr(mod, "weight", None)
+        if (isinstance(mod, nn.Embedding) and w is not None and w.requires_grad
+                and w.shape[0] >= min_rows and id(w) not in seen):
+            seen.add(id(w))
+            out.append(w)
+    return out

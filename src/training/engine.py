@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 import src.compat.hvd as hvd
-from src.optimization.param_groups import build_optimizer, set_lr
+from src.optimization.param_groups import build_optimizer, embedding_tables, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training.checkpoint import ModelSaver, TrainingRestorer
 from src.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
@@ -199,9 +199,11 @@ class Trainer(TrainerState):
         self.plan = RunPlan.build(cfg, len(dataset), self.world)
         self.best["metric"] = cfg.best_metric or self.task.main_metric
         compression = hvd.Compression.fp16 if cfg.grad_compression == "fp16" else hvd.Compression.none
+        tables = embedding_tables(model) if cfg.row_sparse_allreduce else ()
         optimizer = hvd.DistributedOptimizer(build_optimizer(model, cfg), compression=compression,
                                              named_parameters=model.named_parameters(),
-                                             backward_passes_per_step=self.plan.gradient_accumulation_steps)
+                                             backward_passes_per_step=self.plan.gradient_accumulation_steps,
+                                             row_sparse=tables)
         state = self.restorer.load()
         if state is not None:
             model.load_state_dict(state["model"])
