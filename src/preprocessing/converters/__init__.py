@@ -8,7 +8,8 @@
     python -m src.preprocessing.converters didemo_ret --raw_dir LocalizingMoments/data \
         --output_dir /txt/didemo_retrieval
     python -m src.preprocessing.converters anet_ret --raw_dir captions/ --output_dir /txt/anet_retrieval
+    python -m src.preprocessing.converters vqa --raw_dir VQA2/ --vocab_splits train val --output_dir /txt/vqa
 
-One module per dataset (msrvtt, msrvtt_qa, tgif_qa; paragraphs: DiDeMo and ActivityNet Captions);
+One module per dataset (msrvtt, msrvtt_qa, tgif_qa, vqa; paragraphs: DiDeMo and ActivityNet Captions);
 common holds the readers that make every bad row a one-line `file:line` ValueError.
 """

@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from src.preprocessing.converters import msrvtt, msrvtt_qa, paragraphs, tgif_qa
+from src.preprocessing.converters import msrvtt, msrvtt_qa, paragraphs, tgif_qa, vqa
 from src.preprocessing.converters.common import write_json, write_jsonl
 
 
@@ -68,6 +68,13 @@ def run_paragraphs(a, log):
         _write_rows(a.output_dir, [(f"{split}.jsonl", convert(path))], log)
 
 
+def run_vqa(a, log):
+    rows, ans2label = vqa.convert_vqa(a.raw_dir, tuple(a.vocab_splits), a.min_count, a.image_key)
+    _write_rows(a.output_dir, [(f"{s}.jsonl", r) for s, r in rows.items()], log)
+    n_distinct = len({x for s in a.vocab_splits for r in rows[s] for x in r["answers"]})
+    _write_vocab(os.path.join(a.output_dir, "train_ans2label.json"), ans2label, n_distinct, log)
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="python -m src.preprocessing.converters", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,7 +103,17 @@ def build_parser():
     n = sub.add_parser("anet_ret", help="ActivityNet Captions paragraph retrieval (train.json, val_1.json)")
     n.add_argument("--raw_dir", required=True, help="folder with train.json and val_1.json")
     n.add_argument("--test_file", help="raw file for test.jsonl instead of val_1.json (e.g. val_2.json)")
-    for s in (r, q, t, d, n):
+    v = sub.add_parser("vqa", help="VQA 2.0 (v2_OpenEnded_mscoco_*_questions.json, "
+                                   "v2_mscoco_*_annotations.json)")
+    v.add_argument("--raw_dir", required=True, help="folder with the question and annotation files")
+    v.add_argument("--vocab_splits", nargs="+", choices=("train", "val"), default=["train"],
+                   help="splits whose answers make the vocabulary (ClipBERT's 3,129: train val)")
+    v.add_argument("--min_count", type=int, default=vqa.DEFAULT_MIN_COUNT,
+                   help="keep answers that are the most common answer of at least this many questions")
+    v.add_argument("--image_key", choices=("coco", "id"), default="coco",
+                   help="image_id as COCO's file stem (COCO_val2014_000000000042, file2lmdb's key) or the "
+                        "bare integer id")
+    for s in (r, q, t, d, n, v):
         s.add_argument("--output_dir", required=True)
         s.add_argument("--seed", type=int, default=42)
     return p
@@ -105,7 +122,7 @@ def build_parser():
 def main(argv=None, log=print):
     args = build_parser().parse_args(argv)
     run = {"msrvtt_ret": run_msrvtt_ret, "msrvtt_qa": run_msrvtt_qa, "tgif_qa": run_tgif_qa,
-           "didemo_ret": run_paragraphs, "anet_ret": run_paragraphs}[args.dataset]
+           "didemo_ret": run_paragraphs, "anet_ret": run_paragraphs, "vqa": run_vqa}[args.dataset]
     try:
         run(args, log)
     except ValueError as e:
