@@ -23,6 +23,10 @@ Deliberate differences from Horovod 0.28.1 (both backends):
   the gradient hooks as soon as all its parameters have had ``backward_passes_per_step`` backward
   passes and every earlier bucket has started, so every rank issues collectives in the same order
   even when ranks leave different parameters unused (those get zero gradients at ``synchronize()``).
+* horovod backend, CPU jobs: ``init()`` sets ``HOROVOD_CYCLE_TIME=20`` (ms) unless the user set it
+  (Horovod's 1 ms cycle cost CPU ranks a fifth of their speed; see ``_hvd_horovod``).
+* ``DistributedOptimizer(row_sparse=[...])`` (both backends): those tables' gradients are averaged
+  over the rows some rank touched, in ``synchronize()`` (exact; ``src.compat._row_sparse``).
 * torch backend: ``join()`` is a barrier that returns the last rank to arrive; it does not feed
   zeros into collectives of ranks that are still training (Horovod's uneven-input mode).
 """
