@@ -26,7 +26,7 @@ def _op(op):
 # In a CPU-only job whose ranks already fill the cores, those 1,000 wake-ups a second per rank take the
 # cores from compute: on the 2-core demo, 2 ranks reached 1.26x one rank's examples/s at 1 ms and
 # 1.58x at 20 ms (5 ms: 1.50x, 50 ms: 1.58x; benchmarks/bench_scaling.py). At most one cycle is added
-# to the end of a step's allreduce, small next to a CPU step (0.7 s on the demo).
+# to the end of a step's allreduce, small next to a CPU step (about 1.5 s on the demo).
 CPU_CYCLE_TIME_MS = "20"
 
 
