@@ -105,6 +105,17 @@ def test_split_mlm_itm_gives_each_caption_one_objective(stills, tokenizer):
     assert out["itm_total"] == int(scored.sum())
     assert out["mlm_total"] == int((batch["mlm_labels"] != -100).sum())
     assert torch.isfinite(out["loss"])
+    # mlm_loss_average all_positions: ClipBERT's scale, the masked tokens' summed loss / every position
+    model.eval()
+    b = {**batch, "visual_inputs": batch["visual_inputs"].float()}
+    with torch.no_grad():
+        masked = model(b)
+        model.mlm_loss_average = "all_positions"
+        everywhere = model(b)
+    share = masked["mlm_total"] / batch["mlm_labels"].numel()
+    assert 0 < share < 0.5
+    torch.testing.assert_close(everywhere["mlm_loss"], masked["mlm_loss"] * share)
+    torch.testing.assert_close(everywhere["itm_loss"], masked["itm_loss"])
 
 
 def _cfg(stills, out, **kw):

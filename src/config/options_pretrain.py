@@ -15,6 +15,9 @@ PRETRAIN_OPTIONS = [
       "its own image), else ITM on the unmasked caption (a negative with itm_neg_prob); ClipBERT (0) "
       "computes both on one masked caption, so ITM often cannot see the masked words that decide it",
       group="pretrain"),
+    O("mlm_loss_average", str, "masked", "MLM loss: mean over the masked tokens (masked), or ClipBERT's "
+      "scale (all_positions: their summed loss over every text position of the batch, so about the masking "
+      "rate times smaller next to ITM)", choices=("masked", "all_positions"), group="pretrain"),
     O("pixel_random_sampling_size", int, 0, "training: keep this many random visual tokens per image "
       "(the same positions for the batch); 0 keeps all", min=0, group="pretrain"),
 ]

@@ -52,11 +52,12 @@ class ClipBertForPretraining(ClipBert):
     choose the losses.
     """
 
-    def __init__(self, cnn, transformer, use_mlm=True, use_itm=True):
+    def __init__(self, cnn, transformer, use_mlm=True, use_itm=True, mlm_loss_average="masked"):
         super().__init__(cnn, transformer, head=None)
         if not (use_mlm or use_itm):
             raise ValueError("pretraining needs use_mlm and/or use_itm")
         self.use_mlm, self.use_itm = bool(use_mlm), bool(use_itm)
+        self.mlm_loss_average = mlm_loss_average
 
     def forward(self, batch):
         counts = [int(n) for n in batch["n_examples_list"]]
@@ -71,6 +72,8 @@ class ClipBertForPretraining(ClipBert):
         zero = itm_logits.sum() * 0.0  # keeps every head in the graph (one allreduce set per step)
         mlm_loss = F.cross_entropy(mlm_logits.float(), targets) if targets.numel() else zero + \
             mlm_logits.sum() * 0.0
+        if self.mlm_loss_average == "all_positions":  # ClipBERT's scale: / every text position
+            mlm_loss = mlm_loss * (targets.numel() / mlm_labels.numel())
         itm_scored = itm_labels != -100  # -100: a caption used for MLM only (split_mlm_itm)
         itm_loss = F.cross_entropy(itm_logits.float(), itm_labels) if self.use_itm and itm_scored.any() \
             else zero
@@ -89,7 +92,8 @@ def build_pretrain_model(cfg) -> ClipBertForPretraining:
     config.pixel_random_sampling_size = int(cfg.pixel_random_sampling_size)
     cnn = build_cnn(cfg, config, raw)
     transformer = ClipBertPretrainTransformer(config, grad_ckpt=bool(cfg.grad_ckpt))
-    model = ClipBertForPretraining(cnn, transformer, use_mlm=cfg.use_mlm, use_itm=cfg.use_itm)
+    model = ClipBertForPretraining(cnn, transformer, use_mlm=cfg.use_mlm, use_itm=cfg.use_itm,
+                                   mlm_loss_average=cfg.mlm_loss_average)
     load_initial_weights(model, cfg, raw)
     if cfg.freeze_cnn:
         model.freeze_cnn_backbone()
