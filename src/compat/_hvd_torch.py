@@ -239,12 +239,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_handles = []
         self._buckets, self._bucket_of, self._delay = [], {}, {}
         # reduced in synchronize(), over the rows some rank touched (src.compat._row_sparse)
-        self._row_sparse = [p for p in all_params if p.requires_grad and any(p is q for q in row_sparse)]
+        sparse_ids = {id(q) for q in row_sparse}
+        self._row_sparse = [p for p in all_params if p.requires_grad and id(p) in sparse_ids]
         if self._row_sparse and op != "average":
             raise ValueError("DistributedOptimizer: row_sparse parameters need op=average")
         if size() > 1:
-            self._build_buckets([p for p in all_params if p.requires_grad
-                                 and not any(p is q for q in self._row_sparse)])
+            self._build_buckets([p for p in all_params if p.requires_grad and id(p) not in sparse_ids])
             self._register_hooks()
         self._reset()
 

@@ -32,7 +32,7 @@ def average_rows(grad: torch.Tensor, allgather: Callable[[torch.Tensor], torch.T
     Returns ``grad``.
     """
     g = grad.detach()
-    rows2d = g.view(g.shape[0], -1) if g.is_contiguous() else g.reshape(g.shape[0], -1)
+    rows2d = g.reshape(g.shape[0], -1)  # a view of a contiguous grad; others take the dense branch
     own = rows2d.ne(0).any(dim=1).nonzero().reshape(-1)
     union = torch.unique(allgather(own))  # sorted, the same on every rank
     dense = union.numel() > DENSE_FRACTION * g.shape[0] or not g.is_contiguous()

@@ -103,7 +103,7 @@ def read_questions(path, subtype, style):
 
 def read_annotations(path):
     """{question_id: (where, annotation)} with the answers normalised."""
-    out = {}
+    out, ids = {}, []
     for where, a in read_json_items(path, "annotations"):
         need(a, where, ("question_id", "answers", "multiple_choice_answer", "answer_type"))
         if not isinstance(a["answers"], list) or not a["answers"]:
@@ -114,12 +114,11 @@ def read_annotations(path):
                 raise ValueError(f"{where}: each of 'answers' must be an object with a string 'answer', "
                                  f"got {h!r}")
             answers.append(normalize_answer(h["answer"]))
-        if a["question_id"] in out:
-            raise ValueError(f"{where}: duplicate question_id {a['question_id']!r} "
-                             f"(first at {out[a['question_id']][0]})")
+        ids.append((where, a["question_id"]))
         out[a["question_id"]] = (where, {"answers": answers, "answer_type": a["answer_type"],
                                          "question_type": a.get("question_type"),
                                          "mc": normalize_answer(str(a["multiple_choice_answer"]))})
+    check_unique(ids, "question_id")
     return out
 
 
