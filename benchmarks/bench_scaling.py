@@ -35,6 +35,7 @@ SETTINGS = {
     "1 proc x 1 thread": ("one", 1, [], {}),
     "1 proc x 2 threads": ("one", 2, [], {}),
     "2 procs (horovodrun)": ("horovodrun", 1, [], {}),
+    "2 procs (horovodrun), default scheduling": ("horovodrun", 1, ["--cpu_sched_batch", "0"], {}),
     "2 procs (horovodrun), Horovod's 1 ms cycle": ("horovodrun", 1, [], {"HOROVOD_CYCLE_TIME": "1"}),
     "2 procs (horovodrun), row-sparse embedding": ("horovodrun", 1, ["--row_sparse_allreduce", "1"], {}),
     "2 procs (horovodrun), fp16 allreduce": ("horovodrun", 1, ["--grad_compression", "fp16"], {}),

@@ -194,6 +194,7 @@ def test_horovodrun_two_processes_train(demo, tmp_path):
     log = (out / "log" / "log.txt").read_text()
     assert "validation at step 2: text2video_r1" in log
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(out / "log"))
+    assert "cpu_sched_batch: SCHED_BATCH for this CPU job" in proc.stdout + proc.stderr
     assert proc.returncode == 0
 
 
