@@ -13,6 +13,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux sc
 PROBE = r"""
 import os, sys, threading
 sys.path.insert(0, sys.argv[1])
+os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # not inherited from a batch-scheduled pytest
 stop = threading.Event()
 before = threading.Thread(target=stop.wait); before.start()
 from src.tasks.common import batch_scheduling
