@@ -237,8 +237,9 @@ def batch_scheduling(enabled):
     if not enabled or torch.cuda.is_available() or not hasattr(os, "SCHED_BATCH"):
         return False
     try:
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # new threads inherit the caller's
-        for tid in os.listdir("/proc/self/task"):  # threads torch and others started at import
+        # every thread so far (this one, and those torch and others started at import); threads
+        # started later inherit the policy of the thread that starts them
+        for tid in os.listdir("/proc/self/task"):
             try:
                 os.sched_setscheduler(int(tid), os.SCHED_BATCH, os.sched_param(0))
             except ProcessLookupError:  # ended meanwhile
