@@ -196,7 +196,7 @@ def load_ans2label(path: str) -> dict:
     if not os.path.isfile(path):
         raise ConfigError(f"ans2label_path={path!r}: file not found")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8-sig") as f:
             ans2label = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"ans2label_path={path!r}: invalid JSON ({e})") from None

@@ -42,7 +42,7 @@ def _load_json(path: str) -> dict:
     if not os.path.isfile(path):
         raise ConfigError(f"--config {path!r}: file not found")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8-sig") as f:  # a BOM is not part of the JSON
             data = json.load(f)
     except json.JSONDecodeError as e:
         raise ConfigError(f"--config {path!r}: invalid JSON at line {e.lineno} column {e.colno}: "

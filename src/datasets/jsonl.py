@@ -12,7 +12,7 @@ def load_jsonl(path, required_fields=(), any_of_fields=(), str_fields=()):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"annotation file {path} not found")
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # -sig: a BOM (Windows editors) is not part of line 1
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -40,7 +40,7 @@ def load_jsonl(path, required_fields=(), any_of_fields=(), str_fields=()):
 def load_json(path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"json file {path} not found")
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         try:
             return ujson.load(f)
         except ValueError as e:

@@ -40,7 +40,7 @@ def load_model_config(path: str) -> tuple[BertConfig, dict]:
     if not path or not os.path.isfile(path):
         raise FileNotFoundError(f"model_config {path!r} does not exist; point model_config at a JSON "
                                 "such as configs/model/base_model.json")
-    with open(path) as f:
+    with open(path, encoding="utf-8-sig") as f:
         try:
             raw = json.load(f)
         except json.JSONDecodeError as e:

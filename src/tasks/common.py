@@ -28,6 +28,7 @@ from src.datasets.loaders import PrefetchLoader, build_img_norm
 from src.modeling.build import build_model
 from src.modeling.heads import aggregate_clip_logits, clip_aggregated_loss
 from src.training.engine import Hook, Task, Trainer
+from src.training.preemption import Preempted
 from src.utils.device import num_workers
 from src.utils.distributed import all_gather_list
 from src.utils.errors import UserError, one_line
@@ -255,7 +256,8 @@ def main(task_name, task_cls, argv=None):
 
     Trains (engine) unless ``--do_inference 1``; returns the process exit status: 0 ok, 1 a
     user-fixable error (one line ``error: Type: message`` on stderr; CLIPBERT_TRACEBACK=1 shows the
-    traceback), 2 a bad config value.
+    traceback), 2 a bad config value, 75 stopped by SIGTERM/SIGUSR1/SIGINT after saving the restore
+    file (src.training.preemption).
     """
     limit_cpu_threads()
     cfg = parse_args_or_exit(task_name, argv)
@@ -270,6 +272,8 @@ def main(task_name, task_cls, argv=None):
         else:
             summary = Trainer(cfg, task).train()
             logger.info("done: %s", json.dumps(summary, default=str))
+    except Preempted as e:  # the restore file is written and the line logged (rank 0)
+        return e.exit_status
     except _USER_ERRORS as e:
         if os.environ.get("CLIPBERT_TRACEBACK"):
             raise

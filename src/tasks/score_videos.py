@@ -75,7 +75,7 @@ def _texts(given, path, what):
     if given is not None:
         texts = given
     else:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             texts = [ln.strip() for ln in f if ln.strip()]
     if not texts or not all(t.strip() for t in texts):
         raise ValueError(f"no (or empty) {what} given; pass non-empty --{what} or --{what}_file")

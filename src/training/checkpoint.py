@@ -8,26 +8,49 @@
   silently swallowed errors; here a failed save raises, and an unreadable restore file falls back
   to the backup with a warning, or raises if nothing can be read.
 """
+import contextlib
 import logging
 import math
 import os
 
 import torch
 
-from src.utils.errors import CheckpointError
+from src.utils.errors import CheckpointError, write_error
 
 logger = logging.getLogger(__name__)
 
 RESTORE, BACKUP = "restore.pt", "restore_backup.pt"
 
 
-def atomic_torch_save(obj, path):
+def atomic_torch_save(obj, path, keep_previous_as=None):
+    """``torch.save`` to a temp file, fsynced, renamed into place (the previous file first renamed to
+    ``keep_previous_as`` when given). A failed write (full disk, quota) removes the temp file, leaves
+    the previous file as it was and raises a one-line :class:`OutputWriteError` naming the path, the
+    free space and the space needed."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        if keep_previous_as is not None and os.path.exists(path):
+            os.replace(path, keep_previous_as)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise write_error(path, e, need_bytes=tensor_bytes(obj)) from e
+
+
+def tensor_bytes(obj) -> int:
+    """The bytes of the tensors in ``obj`` (dicts, lists, tuples): about the size of its save."""
+    if torch.is_tensor(obj):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
 
 
 def fp32_state_dict(model, optimizer=None, masters_by_name=None):
@@ -102,14 +125,7 @@ class TrainingRestorer:
 
     def save(self, state):
         os.makedirs(self.dir, exist_ok=True)
-        tmp = f"{self.path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(self.path):
-            os.replace(self.path, self.backup)
-        os.replace(tmp, self.path)
+        atomic_torch_save(state, self.path, keep_previous_as=self.backup)
 
     def load(self):
         """The newest readable restore state, or None when there is none (fresh run)."""

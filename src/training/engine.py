@@ -59,11 +59,12 @@ from src.training.hooks import (
 )
 from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
 from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
+from src.training.preemption import EXIT_PREEMPTED, Preempted, StopSignals
 from src.training.run_dir import RunDirectory, check_same_restore_state
 from src.training.state import TrainerState
 from src.training.task import Task
 from src.utils.device import move_to_device, num_workers, training_device
-from src.utils.errors import RunDirError, UserError
+from src.utils.errors import RunDirError, UserError, write_error
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
 from src.utils.misc import NoOp, set_random_seed, zero_none_grad
 
@@ -97,6 +98,7 @@ class StepResult:
     data_wait: float  # of which waiting for the data loader
     extras: dict = field(default_factory=dict)  # extra scalars the task's forward returned
     comm_wait: float = 0.0  # of which blocked in the gradient allreduce after the last backward
+    stop_requested: bool = False  # a rank received SIGTERM/SIGUSR1/SIGINT (src.training.preemption)
 
 
 class Trainer(TrainerState):
@@ -122,6 +124,8 @@ class Trainer(TrainerState):
         self.precision: FullPrecision | None = None
         self.tb, self._log_handler, self.run_dir = NoOp(), None, None
         self._nonfinite_streak = 0
+        self.signals = StopSignals()
+        self.restore_saved_at: int | None = None  # the step the restore file was last written at
 
     # ---------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
@@ -272,8 +276,12 @@ class Trainer(TrainerState):
             self._write_json("model_config.json", mc)
 
     def _write_json(self, name: str, obj) -> None:
-        with open(os.path.join(self.log_dir, name), "w") as f:
-            json.dump(obj, f, indent=4, default=str)
+        path = os.path.join(self.log_dir, name)
+        try:
+            with open(path, "w") as f:
+                json.dump(obj, f, indent=4, default=str)
+        except OSError as e:
+            raise write_error(path, e) from e
 
     # ---------------------------------------------------------------------------------- the step
     def run_step(self) -> StepResult:
@@ -281,7 +289,8 @@ class Trainer(TrainerState):
         k, opt, precision = self.plan.gradient_accumulation_steps, self.optimizer, self.precision
         t0, self._data_wait, n_examples, comm_wait = time.perf_counter(), 0.0, 0, 0.0
         skipped_before = precision.skipped_steps()
-        stats = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, #non-finite, #finite
+        # loss sum, #non-finite, #finite, #ranks asked to stop (summed over ranks in one allreduce)
+        stats = torch.zeros(4, dtype=torch.float64, device=self.device)
         for micro in range(k):
             batch = self._next_batch()
             loss, extras = self._forward(batch, stats)
@@ -294,7 +303,8 @@ class Trainer(TrainerState):
                     t_sync = time.perf_counter()
                     opt.synchronize()  # waits for what the backward hooks started: the exposed part
                     comm_wait = time.perf_counter() - t_sync
-        loss, n_bad = self._reduce_loss_stats(stats)
+        stats[3] = float(self.signals.received is not None)
+        loss, n_bad, n_stop = self._reduce_loss_stats(stats)
         self._check_finite(n_bad)  # before the step: a stop keeps the last good weights
         self.global_step += 1
         lr_t, lr_c = self._set_lr()
@@ -307,7 +317,8 @@ class Trainer(TrainerState):
                           skipped=skipped_total > skipped_before, skipped_total=skipped_total,
                           loss_scale=precision.loss_scale(), lr_transformer=lr_t, lr_cnn=lr_c,
                           n_examples=n_examples, seconds=time.perf_counter() - t0,
-                          data_wait=self._data_wait, extras=extras, comm_wait=comm_wait)
+                          data_wait=self._data_wait, extras=extras, comm_wait=comm_wait,
+                          stop_requested=n_stop > 0)
 
     def _forward(self, batch, stats: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """fp32 loss of one micro-batch (added to ``stats``) and the task's extra scalars."""
@@ -323,8 +334,8 @@ class Trainer(TrainerState):
             loss, extras = out, {}
         lv = loss.detach().double()  # kept on the device: one sync per optimizer step, not per micro-step
         finite = torch.isfinite(lv)
-        stats += torch.stack([torch.where(finite, lv, torch.zeros_like(lv)), (~finite).double(),
-                              finite.double()])
+        stats[:3] += torch.stack([torch.where(finite, lv, torch.zeros_like(lv)), (~finite).double(),
+                                  finite.double()])
         return loss.float(), extras
 
     def _next_batch(self):
@@ -347,11 +358,11 @@ class Trainer(TrainerState):
             self.epoch += 1
             self.examples_in_epoch = 0
 
-    def _reduce_loss_stats(self, stats: torch.Tensor) -> tuple[float, int]:
+    def _reduce_loss_stats(self, stats: torch.Tensor) -> tuple[float, int, int]:
         if self.world > 1:
             stats = hvd.allreduce(stats, op=hvd.Sum, name="engine.loss_stats")
-        loss_sum, n_bad, n_ok = stats.tolist()
-        return (loss_sum / n_ok if n_ok > 0 else float("nan")), int(n_bad)
+        loss_sum, n_bad, n_ok, n_stop = stats.tolist()
+        return (loss_sum / n_ok if n_ok > 0 else float("nan")), int(n_bad), int(n_stop)
 
     def _set_lr(self) -> tuple[float, float]:
         cfg, step, total = self.cfg, self.global_step, self.plan.num_train_steps
@@ -423,15 +434,29 @@ class Trainer(TrainerState):
         Returns ``{"global_step", "num_train_steps", "best": {metric, value, step}, "last_metrics",
         "stopped_early"}``.
         """
+        ok = False
+        self.signals.install()
         try:
             self.setup()
-            if self.elastic:
-                return run_horovod_elastic(self, self._run)
-            return self._run()
+            summary = run_horovod_elastic(self, self._run) if self.elastic else self._run()
+            ok = True
+            return summary
         finally:
-            for h in self.hooks:
-                h.close()
+            self.signals.uninstall()
+            self._close_outputs(raise_errors=ok)
+
+    def _close_outputs(self, raise_errors: bool) -> None:
+        """Hooks, TensorBoard, log.txt, the lock. After a failure, a second failure here (the full
+        disk again) is logged, not raised: the first error is the one to report."""
+        for h in self.hooks:
+            h.close()
+        try:
             self.tb.close()
+        except UserError as e:
+            if raise_errors:
+                raise
+            logger.warning("%s", e)
+        finally:
             if self._log_handler is not None:
                 remove_log_file(self._log_handler)
                 self._log_handler = None
@@ -472,6 +497,21 @@ class Trainer(TrainerState):
                 self.finished = True
             for h in self.hooks:
                 h.after_step(self, result)
+            if result.stop_requested and not (self.finished or self.at_end):
+                self._stop_on_signal()
+
+    def _stop_on_signal(self) -> None:
+        """Every rank at the same step (the request was allreduced): the restore file, one line, exit."""
+        if self.restore_saved_at != self.global_step:
+            self.save_restore()
+        got = (f"{self.signals.name} received" if self.signals.received
+               else "a stop signal reached another rank")
+        msg = (f"stopped at step {self.global_step} of {self.plan.stop_step} (epoch {self.epoch}): {got}; "
+               f"{self.restorer.path} holds this step, rerun the same command to resume (exit status "
+               f"{EXIT_PREEMPTED})")
+        if self.is_main:
+            logger.warning(msg)
+        raise Preempted(msg)
 
     def _summary(self) -> dict:
         return {"global_step": self.global_step, "num_train_steps": self.plan.num_train_steps,

@@ -7,10 +7,16 @@ appears once. Written by rank 0 only.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
 import time
+
+from src.utils.errors import RunDirError, write_error
+
+logger = logging.getLogger(__name__)
 
 
 class MetricsLog:
@@ -21,26 +27,48 @@ class MetricsLog:
         """Keep only the lines of steps <= ``step`` (a resume redoes the rest)."""
         rows = [r for r in read_metrics(self.path) if r["step"] <= step]
         tmp = f"{self.path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+            os.replace(tmp, self.path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise write_error(self.path, e) from e
 
     def append(self, split: str, step: int, epoch: int, metrics: dict[str, float]) -> None:
         row = {"split": split, "step": step, "epoch": epoch, "time": round(time.time(), 3)}
         row.update({k: (v if math.isfinite(v) else str(v)) for k, v in metrics.items()})
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        try:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        except OSError as e:
+            raise write_error(self.path, e) from e
 
 
 def read_metrics(path: str, split: str | None = None) -> list[dict]:
-    """The lines of a ``metrics.jsonl`` (those of ``split`` only, when given); nan/inf back as floats."""
+    """The lines of a ``metrics.jsonl`` (those of ``split`` only, when given); nan/inf back as floats.
+
+    A last line without its newline that is not valid JSON is what a crash in the middle of an append
+    leaves: it is dropped with a warning (the restore file holds everything it would have said). Any
+    other unreadable line is an error naming the file and the line."""
     if not os.path.exists(path):
         return []
+    with open(path, encoding="utf-8-sig") as f:
+        lines = f.read().split("\n")
     rows = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                if split is None or row.get("split") == split:
-                    rows.append({k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in row.items()})
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if lineno == len(lines):  # no newline after it: an interrupted append
+                logger.warning("%s: dropping its last line, cut off by an interrupted write (%r)", path,
+                               line[:80])
+                break
+            raise RunDirError(f"{path}:{lineno}: not a JSON line ({e.msg}); fix or delete that "
+                              f"line") from None
+        if split is None or row.get("split") == split:
+            rows.append({k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in row.items()})
     return rows

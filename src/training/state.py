@@ -83,6 +83,7 @@ class TrainerState:
             return
         if self.is_main:
             self.restorer.save(state)
+        self.restore_saved_at = self.global_step
 
     def _restore_state(self) -> dict:
         rngs = hvd.allgather_object(get_rng_states())
@@ -101,6 +102,7 @@ class TrainerState:
             logger.warning("resume: the run was planned for %d steps, now %d (config changed?)",
                            state["num_train_steps"], self.plan.num_train_steps)
         self._restore_rngs(state)
+        self.restore_saved_at = self.global_step
         logger.info("resumed from %s at step %d (epoch %d, %d of its examples consumed)", self.restorer.path,
                     self.global_step, self.epoch, self.examples_in_epoch)
 

@@ -3,6 +3,9 @@
 Each message names the thing (file, key, step, value) and the fix. ``CLIPBERT_TRACEBACK=1`` shows the
 traceback instead.
 """
+import errno
+import os
+import shutil
 
 
 class UserError(Exception):
@@ -26,3 +29,38 @@ def one_line(exc: BaseException) -> str:
     msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
     first = " ".join(part.strip() for part in str(msg).splitlines() if part.strip())
     return f"{type(exc).__name__}: {first}"
+
+
+class OutputWriteError(UserError, RuntimeError):
+    """A file of the run could not be written (full disk, quota, read-only or vanished mount)."""
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2 ** 20:.1f} MB"
+
+
+def free_bytes(path: str) -> int | None:
+    """Free bytes on the file system of ``path`` (or of its nearest existing parent)."""
+    folder = os.path.abspath(path)
+    while folder and not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def write_error(path: str, exc: BaseException, need_bytes: int | None = None) -> OutputWriteError:
+    """One line for a failed write of ``path``: the reason, the free space and, when known, the space
+    the file needed. torch.save reports a full disk as ``RuntimeError: ... unexpected pos``; with less
+    free space than needed that is called what it is."""
+    free = free_bytes(path)
+    full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+        need_bytes is not None and free is not None and free < need_bytes)
+    reason = "no space left on device" if full else (getattr(exc, "strerror", None) or one_line(exc))
+    space = "" if free is None else f" ({_mb(free)} free"
+    space += "" if not space else (f", about {_mb(need_bytes)} needed)" if need_bytes else ")")
+    fix = ("free space there (or give --output_dir on a larger disk) and rerun the same command: it "
+           "resumes from the last restore file" if full else
+           "check that the folder exists and is writable, then rerun the same command")
+    return OutputWriteError(f"cannot write {path}: {reason}{space}; {fix}")

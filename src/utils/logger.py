@@ -2,7 +2,10 @@
 import logging
 import math
 import os
+import sys
+import time
 
+from src.utils.errors import one_line, write_error
 from src.utils.misc import NoOp
 
 _FMT = "%(asctime)s - %(levelname)s - %(name)s -   %(message)s"
@@ -22,7 +25,7 @@ def add_log_to_file(log_path):
     for h in root.handlers:
         if isinstance(h, logging.FileHandler) and os.path.abspath(h.baseFilename) == target:
             return h
-    fh = logging.FileHandler(log_path)
+    fh = _RunLogFile(log_path)
     fh.setFormatter(logging.Formatter(_FMT, datefmt=_DATEFMT))
     fh.setLevel(logging.INFO)
     root.addHandler(fh)
@@ -31,27 +34,70 @@ def add_log_to_file(log_path):
     return fh
 
 
+class _RunLogFile(logging.FileHandler):
+    """log.txt: a record that cannot be written (full disk) is reported once on stderr, not as one
+    traceback per record; the error that ends the run names the file that failed."""
+
+    _reported = False
+
+    def handleError(self, record):
+        if not self._reported:
+            self._reported = True
+            err = sys.exc_info()[1]
+            print(f"warning: cannot write {self.baseFilename} ({one_line(err) if err else 'unknown error'}); "
+                  f"log records go to the console only", file=sys.stderr, flush=True)
+
+
 def remove_log_file(handler):
     logging.getLogger().removeHandler(handler)
     handler.close()
 
 
 class TensorboardLogger:
-    """tensorboardX wrapper holding the global step (ClipBERT's TB_LOGGER); a no-op until create()."""
+    """TensorBoard scalars (ClipBERT's TB_LOGGER, holding the global step); a no-op until create().
+
+    Events are written by the calling thread (tensorboardX's ``EventsWriter``), flushed every
+    ``FLUSH_SECS`` and at close. tensorboardX's ``SummaryWriter`` writes from a thread behind a
+    10-event queue: when that thread died on a full disk, the next ``add_scalar`` blocked training
+    forever with no message. Here a failed write raises :class:`OutputWriteError` naming the file."""
+
+    FLUSH_SECS = 30
 
     def __init__(self):
         self._writer = None
+        self._file = None
+        self._next_flush = 0.0
         self.global_step = 0
 
     def create(self, path):
-        from tensorboardX import SummaryWriter
-        self._writer = SummaryWriter(path)
+        from tensorboardX.event_file_writer import EventsWriter
+        try:
+            os.makedirs(path, exist_ok=True)
+            self._writer = EventsWriter(os.path.join(path, "events"))
+        except OSError as e:
+            raise write_error(os.path.join(path, "events.out.tfevents.*"), e) from e
+        self._file = getattr(self._writer, "_file_name", path)
+        self._next_flush = time.monotonic() + self.FLUSH_SECS
 
     def add_scalar(self, tag, value, step=None):
-        """Non-finite values are left out (tensorboardX would warn and plot nothing useful); the log
-        lines report them."""
-        if self._writer is not None and math.isfinite(float(value)):
-            self._writer.add_scalar(tag, value, self.global_step if step is None else step)
+        """Non-finite values are left out (TensorBoard would plot nothing useful); the log lines
+        report them."""
+        if self._writer is None or not math.isfinite(float(value)):
+            return
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import scalar
+        event = Event(summary=scalar(tag, float(value)), wall_time=time.time(),
+                      step=self.global_step if step is None else step)
+        self._guarded(self._writer.write_event, event)
+        if time.monotonic() >= self._next_flush:
+            self.flush()
+
+    def _guarded(self, fn, *args):
+        try:
+            return fn(*args)
+        except OSError as e:
+            self._writer = None  # nothing more is written to a file that failed (and close() skips it)
+            raise write_error(self._file, e) from e
 
     def log_scalar_dict(self, log_dict, step=None):
         """Log flat {tag: number}; nested dicts are flattened as ``a/b`` (ClipBERT raised TypeError)."""
@@ -63,11 +109,13 @@ class TensorboardLogger:
 
     def flush(self):
         if self._writer is not None:
-            self._writer.flush()
+            self._guarded(self._writer.flush)
+            self._next_flush = time.monotonic() + self.FLUSH_SECS
 
     def close(self):
         if self._writer is not None:
-            self._writer.close()
+            writer = self._writer
+            self._guarded(writer.close)
             self._writer = None
 
 

@@ -1,0 +1,66 @@
+"""A graceful stop when the cluster asks for the machine back.
+
+SLURM, Kubernetes and spot instances send SIGTERM some time before the kill; SLURM's ``--signal=USR1@T``
+sends SIGUSR1 ``T`` seconds before the time limit; a user presses Ctrl-C. :class:`StopSignals` turns the
+first of these into a request, never into an exception: the handler only records the signal. The
+trainer packs the request into the loss statistics it allreduces at every step anyway (no extra
+collective), so all ranks see it at the same step even when only one rank got the signal; they then
+write the restore file together and the process exits with :data:`EXIT_PREEMPTED`. A second signal
+stops at once (SIGINT: ``KeyboardInterrupt``; SIGTERM/SIGUSR1: their default action).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+#: exit status of a run stopped by a signal after saving its restore file (EX_TEMPFAIL, "try again
+#: later": a SLURM or Kubernetes wrapper requeues on it; see run_scripts/slurm_*.sbatch)
+EXIT_PREEMPTED = 75
+SIGNALS = tuple(s for s in (signal.SIGTERM, getattr(signal, "SIGUSR1", None), signal.SIGINT) if s is not None)
+
+
+class Preempted(Exception):
+    """Training stopped on a signal after writing its restore file; rerunning the command resumes."""
+
+    exit_status = EXIT_PREEMPTED
+
+
+class StopSignals:
+    """Record SIGTERM / SIGUSR1 / SIGINT between :meth:`install` and :meth:`uninstall`."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+        self._pid = os.getpid()
+
+    def install(self) -> bool:
+        """Install the handlers (main thread only: Python delivers signals there). Returns whether
+        they were installed."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        self._pid = os.getpid()
+        for sig in SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return True
+
+    def uninstall(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else ""
+
+    def _handle(self, signum, frame):
+        if os.getpid() != self._pid:  # a forked DataLoader worker: the training process decides
+            return
+        if self.received is None:
+            self.received = signum
+            return
+        self.uninstall()  # the second signal: now
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
