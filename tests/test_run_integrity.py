@@ -403,6 +403,26 @@ def test_garbage_lmdb_store(ret, tmp_path, capsys):
     assert line.startswith("error: DataStoreError: ") and str(store) in line
 
 
+@pytest.mark.parametrize("what", ["train", "inference", "verify"])
+def test_truncated_lmdb_store_is_named_not_a_sigbus(ret, tmp_path, what):
+    """An interrupted copy of data.mdb opens fine and used to kill the process with SIGBUS (exit 135,
+    nothing printed) at the first read past its end. Subprocesses: a SIGBUS would kill pytest."""
+    store = tmp_path / "cut_db"
+    shutil.copytree(ret["data"] / "vis_db", store)
+    data = store / "data.mdb"
+    os.truncate(data, data.stat().st_size // 2)
+    task = [str(REPO / "src/tasks/run_video_retrieval.py"), "--config"]
+    argv = {"train": task + [_config_with(ret, tmp_path, train_datasets=[
+                {"name": "demo", "txt": str(ret["data"] / "txt/retrieval_train.jsonl"), "img": str(store)}])],
+            "inference": task + [str(ret["cfg"]), "--do_inference", "1", "--inference_img_db", str(store),
+                                 "--inference_txt_db", str(ret["data"] / "txt/retrieval_val.jsonl")],
+            "verify": ["-m", "src.preprocessing.file2lmdb", "--lmdb_save_dir", str(store), "--verify"]}[what]
+    p = mp_utils.run_python(argv, timeout=120)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error: ")]
+    assert p.returncode == 1 and len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert f"LMDB store {store} is truncated: {data} has" in errors[0] and "copy the store again" in errors[0]
+
+
 @pytest.mark.parametrize("bad_value", [None, 17, ""])
 def test_bad_caption_names_file_and_line(ret, tmp_path, capsys, bad_value):
     rows = [json.loads(ln) for ln in open(ret["data"] / "txt/retrieval_train.jsonl")]

@@ -14,6 +14,19 @@ from src.utils.errors import DataStoreError
 _ENVS = {}  # (realpath, pid) -> lmdb.Environment; LMDB allows one open env per path per process
 
 
+def check_not_truncated(env, path):
+    """Raise :class:`DataStoreError` if ``data.mdb`` is shorter than the pages its last transaction
+    uses. An interrupted copy of a store opens fine (the meta pages are at the start) and then kills
+    the process with SIGBUS at the first read past the end of the file: no message, exit 135."""
+    data = os.path.join(path, "data.mdb")
+    need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    size = os.path.getsize(data)
+    if size < need:
+        raise DataStoreError(f"LMDB store {path} is truncated: {data} has {size:,} bytes, its pages end at "
+                             f"{need:,} (an interrupted copy?); copy the store again, or rebuild it with "
+                             f"python -m src.preprocessing.file2lmdb")
+
+
 class LMDBStore:
     """`store.get(key) -> bytes`; `key in store`; `len(store)`; `store.keys()`."""
 
@@ -23,6 +36,7 @@ class LMDBStore:
                                     f"python -m src.preprocessing.file2lmdb")
         self.path = path
         self._env, self._pid = None, None
+        self._open()  # fail here, in the main process, not in a DataLoader worker at the first read
 
     def _open(self):
         pid = os.getpid()
@@ -33,10 +47,16 @@ class LMDBStore:
                 _ENVS.pop(old).close()  # inherited through fork: unusable here, and blocks re-opening
             if key not in _ENVS:
                 try:
-                    _ENVS[key] = lmdb.open(self.path, readonly=True, create=False, lock=False,
-                                           readahead=False, max_readers=512, subdir=True)
+                    env = lmdb.open(self.path, readonly=True, create=False, lock=False,
+                                    readahead=False, max_readers=512, subdir=True)
                 except lmdb.Error as e:
-                    raise self._error("cannot be opened", e) from e
+                    raise self._error("cannot be opened (not an LMDB store, or cut short)", e) from e
+                try:
+                    check_not_truncated(env, self.path)
+                except DataStoreError:
+                    env.close()
+                    raise
+                _ENVS[key] = env
             self._env, self._pid = _ENVS[key], pid
         return self._env
 

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 
 import lmdb
 
+from src.datasets.lmdb_store import LMDBStore, check_not_truncated
 from src.preprocessing.video_compress import CompressSettings, compress_video
+from src.utils.errors import DataStoreError
 
 _INITIAL_MAP_SIZE = 64 * 1024 ** 2
 SETTINGS_FILE = "file2lmdb_settings.json"
@@ -229,6 +231,7 @@ def _check_target(lmdb_save_dir, settings, resume):
                          f"not {settings}; use the same options or a new directory")
     env = lmdb.open(lmdb_save_dir, readonly=True, lock=False, subdir=True)  # closed before writing
     try:
+        check_not_truncated(env, lmdb_save_dir)
         with env.begin() as txn:
             return {k.decode("utf-8") for k in txn.cursor().iternext(keys=True, values=False)}
     finally:
@@ -294,7 +297,6 @@ def build_lmdb(data_root, lmdb_save_dir, exts, file_type="video", num_workers=4,
 
 def verify_lmdb(lmdb_save_dir, file_type="video", num_workers=4):
     """Re-open every value; returns (n_checked, [(key, reason)] undecodable)."""
-    from src.datasets.lmdb_store import LMDBStore
     with LMDBStore(lmdb_save_dir)._open().begin() as txn:  # shared per-process env
         items = [(k.decode("utf-8"), v) for k, v in txn.cursor()]
     with ThreadPoolExecutor(max(1, num_workers)) as pool:
@@ -362,7 +364,11 @@ def main(argv=None):
     elif not args.verify:
         p.error("give --data_root to build a store, or --verify to check an existing one")
     if args.verify:
-        n, bad = verify_lmdb(args.lmdb_save_dir, args.file_type, args.num_workers)
+        try:
+            n, bad = verify_lmdb(args.lmdb_save_dir, args.file_type, args.num_workers)
+        except (DataStoreError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         print(f"verified {n} values in {args.lmdb_save_dir}; {len(bad)} undecodable")
         for key, reason in bad:
             print(f"undecodable: {key}: {reason}")
