@@ -4,13 +4,22 @@ under torchrun, a finished run whose restore files were deleted, damaged run fil
 Every case uses the real thing (signals sent with ``os.kill``, a real tmpfs filled to the last byte,
 a ``data.mdb`` cut short, a rank stopped with SIGSTOP) and is bounded in time.
 """
+import hashlib
+import json
+import logging
+import shutil
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from src.tasks.common import main
+from src.utils.errors import RunDirError
 from tests import mp_utils
+from tests.toy_task import ToyTask, toy_argv
 
 REPO = Path(__file__).resolve().parents[1]
 WORKERS = REPO / "tests" / "workers"
@@ -86,3 +95,193 @@ def test_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path, launcher
     assert restore_step(out) == 4
     mp_utils.check(run([WORKERS / "signal_stop.py", out, 1, 99, "SIGUSR1"], timeout=180, env=env))
     assert_same_weights(final_weights(out)[1], final_weights(ref)[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# a full disk
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 4 MB tmpfs (root with mount rights; else skipped)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({p.stderr.strip()}); needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_full_disk_ends_the_run_with_one_line_and_the_rerun_resumes(small_disk, reference):
+    out = small_disk / "run"
+    t0 = time.time()
+    p = mp_utils.run_python([WORKERS / "fill_disk.py", out, 6], timeout=120)
+    elapsed = time.time() - t0
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error: ")]
+    assert p.returncode == 1 and len(errors) == 1, (p.stdout + p.stderr)[-3000:]
+    assert "Traceback" not in p.stderr and elapsed < 60
+    line = errors[0]
+    assert f"cannot write {out}/" in line and "no space left on device" in line and "MB free" in line
+    assert "rerun the same command" in line
+    if "restore.pt" in line:  # a checkpoint knows its size
+        assert "needed" in line
+    assert restore_step(out) == 4  # the last good restore file, intact
+    assert not list(out.rglob("*.tmp*"))  # no temp file left behind
+    (out / "filler").unlink()
+    rerun = mp_utils.check(mp_utils.run_python([WORKERS / "engine_train.py", out, "{}"], timeout=180))
+    assert "at step 4 (epoch" in rerun.stderr
+    step, weights = final_weights(out)
+    assert step == reference[0]
+    assert_same_weights(weights, reference[1])
+
+
+def test_tensorboard_write_failure_raises_instead_of_blocking(small_disk):
+    """tensorboardX's writer thread died on ENOSPC and the next add_scalar blocked forever."""
+    from src.utils.errors import OutputWriteError
+    from src.utils.logger import TensorboardLogger
+    tb = TensorboardLogger()
+    tb.create(str(small_disk / "log"))
+    (small_disk / "filler").write_bytes(b"\0" * (4 * 2 ** 20 - 64 * 1024))
+    t0 = time.time()
+    with pytest.raises(OutputWriteError) as e:
+        for step in range(100000):
+            tb.add_scalar("train/loss", 0.5, step)
+            tb.flush()
+    assert time.time() - t0 < 30
+    assert f"cannot write {small_disk}/log/events.out.tfevents." in str(e.value)
+    assert "no space left on device" in str(e.value)
+    tb.close()  # closing after the failure neither raises nor blocks
+
+
+# ---------------------------------------------------------------------------------------------
+# reruns into a run directory whose files were deleted or damaged (toy task, in-process)
+def run_toy(out, **overrides):
+    return main("shared", ToyTask, toy_argv(out, **overrides))
+
+
+def error_line(capsys):
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]
+
+
+def snapshot(run_dir):
+    """{relative path: sha256} of the run's files (lock and log.txt aside)."""
+    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(run_dir).rglob("*"))
+            if p.is_file() and p.name not in (".run.lock", "log.txt")}
+
+
+@pytest.fixture(scope="module")
+def finished_toy(tmp_path_factory):
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert run_toy(out) == 0
+    return out
+
+
+@pytest.fixture
+def toy_copy(finished_toy, tmp_path):
+    shutil.copytree(finished_toy, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_finished_run_without_restore_files_reports_finished(toy_copy, caplog):
+    for name in ("restore.pt", "restore_backup.pt"):
+        (toy_copy / "ckpt" / name).unlink()
+    before = snapshot(toy_copy)
+    caplog.set_level(logging.INFO)
+    assert run_toy(toy_copy) == 0
+    assert snapshot(toy_copy) == before  # nothing retrained or rewritten
+    assert (f"training already finished at step 16 ({toy_copy}/ckpt/model_step_16.pt; its restore files "
+            f"were deleted)") in caplog.text
+
+
+@pytest.mark.parametrize("policy", ["resume", "extend"])
+def test_trained_run_without_restore_files_is_refused(toy_copy, capsys, policy):
+    for name in ("restore.pt", "restore_backup.pt", "model_step_16.pt"):
+        (toy_copy / "ckpt" / name).unlink()
+    before = snapshot(toy_copy)
+    assert run_toy(toy_copy, existing_run=policy) == 1
+    line = error_line(capsys)
+    assert line.startswith(f"error: RunDirError: {toy_copy} holds a trained run (ckpt/model_best.pt, "
+                           f"ckpt/model_step_8.pt) but no ckpt/restore.pt or ckpt/restore_backup.pt")
+    assert "--existing_run restart" in line
+    assert snapshot(toy_copy) == before
+    assert run_toy(toy_copy, existing_run="restart") == 0  # the way out the message names
+
+
+def test_run_that_saved_nothing_starts_again(toy_copy):
+    for p in (toy_copy / "ckpt").iterdir():
+        p.unlink()
+    assert run_toy(toy_copy) == 0
+    assert final_weights(toy_copy)[0] == 16
+
+
+def test_empty_args_json_is_named_with_the_fix(toy_copy, capsys):
+    (toy_copy / "log" / "args.json").write_text("")
+    assert run_toy(toy_copy) == 1
+    line = error_line(capsys)
+    assert line.startswith(f"error: RunDirError: {toy_copy}/log/args.json is empty or not JSON")
+    assert "--existing_run restart" in line
+    assert run_toy(toy_copy, existing_run="restart") == 0
+
+
+def test_metrics_log_cut_mid_line_is_dropped_and_the_run_resumes(tmp_path, caplog):
+    out = tmp_path / "run"
+    p = mp_utils.run_python([WORKERS / "signal_stop.py", out, 0, 6, "SIGTERM"], timeout=120)
+    assert p.returncode == 75, p.stderr[-2000:]
+    metrics = out / "log" / "metrics.jsonl"
+    with open(metrics, "a") as f:
+        f.write('{"split": "train", "step": 10, "ep')  # a crash in the middle of an append
+    caplog.set_level(logging.WARNING)
+    assert run_toy(out) == 0
+    assert f"{metrics}: dropping its last line, cut off by an interrupted write" in caplog.text
+    rows = [json.loads(ln) for ln in metrics.read_text().splitlines()]
+    steps = [(r["split"], r["step"]) for r in rows]
+    assert len(steps) == len(set(steps)) and ("train", 15) in steps and ("valid", 16) in steps
+
+
+def test_damaged_metrics_log_line_is_named(toy_copy, capsys):
+    from src.training.metrics_log import read_metrics
+    metrics = toy_copy / "log" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    lines[1] = lines[1][:10]
+    metrics.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RunDirError) as e:
+        read_metrics(str(metrics))
+    assert str(e.value).startswith(f"{metrics}:2: not a JSON line")
+
+
+def test_json_inputs_may_start_with_a_bom(tmp_path):
+    from src.datasets.jsonl import load_json, load_jsonl
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"caption": "a dog", "clip_name": "v1"}\n'
+                     b'{"caption": "b", "clip_name": "v2"}\n')
+    assert [r["clip_name"] for r in load_jsonl(str(path), required_fields=("caption",))] == ["v1", "v2"]
+    (tmp_path / "b.json").write_bytes(b'\xef\xbb\xbf{"x": 1}')
+    assert load_json(str(tmp_path / "b.json")) == {"x": 1}
+
+
+def test_foreign_restore_file_is_a_one_line_checkpoint_error(tmp_path, capsys):
+    out = tmp_path / "run"
+    p = mp_utils.run_python([WORKERS / "signal_stop.py", out, 0, 2, "SIGTERM"], timeout=120)
+    assert p.returncode == 75, p.stderr[-2000:]
+    restore = out / "ckpt" / "restore.pt"
+    state = torch.load(restore, weights_only=False)
+    state["model"]["transformer.dense.weight"] = torch.zeros(3, 3)  # another model's layer
+    torch.save(state, restore)
+    assert run_toy(out) == 1
+    line = error_line(capsys)
+    assert line.startswith(f"error: CheckpointError: {restore} does not fit this model: keys 1 of another "
+                           f"shape (e.g. transformer.dense.weight (3, 3) vs (6, 6) here)")
+    assert "--existing_run restart" in line
+
+
+def test_accumulation_longer_than_an_epoch_warns_with_the_numbers(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    assert run_toy(tmp_path / "run", gradient_accumulation_steps=12, num_train_epochs=3) == 0
+    assert ("gradient_accumulation_steps 12 is more than the 8 batch(es) of an epoch per process "
+            "(32 examples / (1 processes x batch 4))") in caplog.text

@@ -152,6 +152,7 @@ class ClipBertTask(Task):
         Returns ``(model, result_dir)``.
         """
         from src.training.inference import (
+            check_writable,
             checkpoint_mode,
             inference_result_dir,
             load_trained_model,
@@ -164,8 +165,9 @@ class ClipBertTask(Task):
             raise ValueError("--inference_txt_db is not set: give the annotation file to run inference on")
         raw = copy.deepcopy(cfg.to_dict())
         prepare_inference_config(cfg)
-        model = load_trained_model(cfg, self)
         result_dir = inference_result_dir(cfg, prefix=prefix)
+        check_writable(result_dir)
+        model = load_trained_model(cfg, self)
         self._inference_args = {"raw_args.json": raw, "merged_args.json": copy.deepcopy(cfg.to_dict())}
         logger.info("inference: %s, %d clip(s), %s aggregation, results -> %s",
                     cfg.e2e_weights_path if checkpoint_mode(cfg) else f"step {cfg.inference_model_step}",

@@ -94,6 +94,25 @@ class ModelSaver:
         return p
 
 
+def load_model_weights(model, state_dict: dict, path: str, fix: str) -> None:
+    """``model.load_state_dict(state_dict)`` (strict), or one :class:`CheckpointError` line naming
+    ``path``, what does not fit (missing, unexpected, other shapes; first examples) and ``fix``,
+    instead of torch's multi-line size-mismatch report."""
+    own = model.state_dict()
+    if not isinstance(state_dict, dict):
+        raise CheckpointError(f"{path} holds a {type(state_dict).__name__}, not model weights; {fix}")
+    missing = [k for k in own if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in own]
+    shapes = [f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)} here" for k, v in own.items()
+              if k in state_dict and torch.is_tensor(state_dict[k]) and state_dict[k].shape != v.shape]
+    if missing or unexpected or shapes:
+        parts = [f"{len(x)} {what} (e.g. {', '.join(x[:2])})" for x, what in
+                 ((missing, "missing"), (unexpected, "unexpected"), (shapes, "of another shape")) if x]
+        raise CheckpointError(f"{path} does not fit this model: keys {'; '.join(parts)}; it was written by "
+                              f"another model or config; {fix}")
+    model.load_state_dict(state_dict)
+
+
 def checkpoints_to_keep(steps: list[int], history: dict[int, float], mode: str, keep_last_k: int,
                         keep_top_k: int, protect: set[int]) -> set[int]:
     """Which of the saved ``model_step_{steps}.pt`` to keep: the ``keep_last_k`` latest, the
@@ -119,6 +138,7 @@ class TrainingRestorer:
         self.dir = ckpt_dir
         self.path = os.path.join(ckpt_dir, RESTORE)
         self.backup = os.path.join(ckpt_dir, BACKUP)
+        self.loaded_from: str | None = None  # the file load() returned
 
     def exists(self):
         return os.path.exists(self.path) or os.path.exists(self.backup)
@@ -143,6 +163,7 @@ class TrainingRestorer:
                 continue
             if p == self.backup:
                 logger.warning("resuming from the backup restore file %s", p)
+            self.loaded_from = p
             return state
         if errors:
             raise CheckpointError("cannot resume: no readable restore file (" + "; ".join(errors) +

@@ -39,7 +39,7 @@ import torch
 import src.compat.hvd as hvd
 from src.optimization.param_groups import build_optimizer, embedding_tables, set_lr
 from src.optimization.sched import get_lr_sched
-from src.training.checkpoint import ModelSaver, TrainingRestorer
+from src.training.checkpoint import ModelSaver, TrainingRestorer, load_model_weights
 from src.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
 from src.training.elastic import (
     ElasticCommit,
@@ -57,9 +57,10 @@ from src.training.hooks import (
     flatten_metrics,
     metric_mode,
 )
+from src.training.nonfinite import NonFiniteLossError, check_final_weights, check_finite
 from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
 from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
-from src.training.preemption import EXIT_PREEMPTED, Preempted, StopSignals
+from src.training.preemption import StopSignals, stop_on_signal
 from src.training.run_dir import RunDirectory, check_same_restore_state
 from src.training.state import TrainerState
 from src.training.task import Task
@@ -74,10 +75,6 @@ __all__ = ["Trainer", "StepResult", "NonFiniteLossError", "Task", "Hook", "RunPl
            "metric_mode", "num_train_steps", "valid_interval", "save_interval", "MAX_FP16_NONFINITE_STEPS"]
 
 MAX_FP16_NONFINITE_STEPS = AMP_TOLERATED_NONFINITE_STEPS
-
-
-class NonFiniteLossError(UserError, RuntimeError):
-    """Training stopped on a NaN/inf loss; the message names the step and the last good checkpoint."""
 
 
 @dataclass
@@ -210,7 +207,8 @@ class Trainer(TrainerState):
                                              row_sparse=tables)
         state = self.restorer.load()
         if state is not None:
-            model.load_state_dict(state["model"])
+            load_model_weights(model, state["model"], self.restorer.loaded_from,
+                               "use another --output_dir, or --existing_run restart to start again")
         if not self.elastic:  # elastic: every rank takes rank 0's state in the first sync instead
             check_same_restore_state(state, cfg.output_dir)
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -228,8 +226,12 @@ class Trainer(TrainerState):
         if state is not None:
             self._load_restore_state(state)
             self._apply_extend()
+        elif self.run_outcome == "finished":  # its restore files were deleted; the final checkpoint is there
+            self.global_step, self.finished = self.plan.stop_step, True
         self.precision.before_training(self.optimizer, fresh_run=self.global_step == 0)
         p = self.plan
+        if p.accumulation_warning():
+            logger.warning(p.accumulation_warning())
         logger.info("training: %d examples, %d processes, batch %d x accum %d -> %d steps (%s); validate "
                     "every %d, restore file every %d steps", p.n_examples, p.world_size, p.train_batch_size,
                     p.gradient_accumulation_steps, p.num_train_steps, self.precision.name, p.valid_steps,
@@ -305,7 +307,7 @@ class Trainer(TrainerState):
                     comm_wait = time.perf_counter() - t_sync
         stats[3] = float(self.signals.received is not None)
         loss, n_bad, n_stop = self._reduce_loss_stats(stats)
-        self._check_finite(n_bad)  # before the step: a stop keeps the last good weights
+        check_finite(self, n_bad)  # before the step: a stop keeps the last good weights
         self.global_step += 1
         lr_t, lr_c = self._set_lr()
         grad_norm = self._clip_grad_norm()
@@ -379,49 +381,6 @@ class Trainer(TrainerState):
         params = self.precision.master_params(self.optimizer)
         return float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_norm))
 
-    def _check_finite(self, n_bad: int) -> None:
-        """Stop on a non-finite loss; under dynamic loss scaling only after a streak of them (amp skips
-        such steps itself). Every rank sees the same allreduced count, so all stop together."""
-        self._nonfinite_streak = self._nonfinite_streak + 1 if n_bad else 0
-        if n_bad and self._nonfinite_streak > self.precision.tolerated_nonfinite_steps:
-            self._abort_nonfinite(n_bad)
-
-    def _abort_nonfinite(self, n_bad: int) -> None:
-        path = os.path.join(self.ckpt_dir, f"model_step_{self.global_step}.pt")
-        state = self.model_state_dict()
-        weights_ok = self.weights_finite(state)  # the same on every rank: the weights are identical
-        if self.is_main and weights_ok:
-            self.saver.save(state, self.global_step)
-        restore_step = None
-        if os.path.exists(self.restorer.path):
-            restore = torch.load(self.restorer.path, map_location="cpu", weights_only=False)
-            restore_step = restore["global_step"]
-        tolerated = self.precision.tolerated_nonfinite_steps
-        what = (f"{tolerated} consecutive steps with a non-finite loss under fp16" if tolerated
-                else f"non-finite loss (nan/inf) in {n_bad} micro-batch(es)")
-        saved = (f"last good weights (after step {self.global_step}) saved to {path}; " if weights_ok else
-                 f"the weights are no longer finite after step {self.global_step} and were not saved; ")
-        msg = (f"training stopped at step {self.global_step + 1} (epoch {self.epoch}): {what}; {saved}"
-               + (f"ckpt/restore.pt holds step {restore_step} to resume from; " if restore_step is not None
-                  else "no restore file yet; ")
-               + "lower learning_rate, check the data or enable grad_norm clipping")
-        logger.error(msg)
-        raise NonFiniteLossError(msg)
-
-    def _check_final_weights(self) -> None:
-        """A run that reaches its last step with non-finite weights (fp16 overflowing steps, fewer in a
-        row than the tolerated streak) has failed: say so, and where the last finite weights are."""
-        if self.weights_finite():
-            return
-        steps = ModelSaver(self.ckpt_dir).saved_steps()
-        last = os.path.join(self.ckpt_dir, f"model_step_{steps[-1]}.pt") if steps else None
-        saved = f"the last finite weights saved are {last}" if last else "no finite weights were saved"
-        msg = (f"training ended at step {self.global_step} with non-finite weights (nan/inf), "
-               f"{self.precision.skipped_steps()} steps skipped by amp; they were not saved and {saved}; "
-               f"lower learning_rate or enable grad_norm clipping, then rerun with --existing_run restart")
-        logger.error(msg)
-        raise NonFiniteLossError(msg)
-
     # ---------------------------------------------------------------------------------- the loop
     @property
     def at_end(self) -> bool:
@@ -470,8 +429,10 @@ class Trainer(TrainerState):
             if isinstance(self.run_outcome, Exception):  # elastic: rank 0's run-directory error, synced
                 raise RunDirError(str(self.run_outcome))
             if self.finished or self.at_end:
+                where = (self.restorer.path if self.run_outcome != "finished" else
+                         f"{self.ckpt_dir}/model_step_{self.global_step}.pt; its restore files were deleted")
                 logger.info("training already finished at step %d (%s); nothing to do", self.global_step,
-                            self.restorer.path)
+                            where)
                 return self._summary()
             self._accept_run()
             self.hooks = self._make_hooks(elastic_state)
@@ -479,7 +440,7 @@ class Trainer(TrainerState):
                 h.before_train(self)
             self._started = True
         self._train_loop()
-        self._check_final_weights()
+        check_final_weights(self)
         summary = self._summary()
         for h in self.hooks:
             h.after_train(self, summary)
@@ -498,20 +459,7 @@ class Trainer(TrainerState):
             for h in self.hooks:
                 h.after_step(self, result)
             if result.stop_requested and not (self.finished or self.at_end):
-                self._stop_on_signal()
-
-    def _stop_on_signal(self) -> None:
-        """Every rank at the same step (the request was allreduced): the restore file, one line, exit."""
-        if self.restore_saved_at != self.global_step:
-            self.save_restore()
-        got = (f"{self.signals.name} received" if self.signals.received
-               else "a stop signal reached another rank")
-        msg = (f"stopped at step {self.global_step} of {self.plan.stop_step} (epoch {self.epoch}): {got}; "
-               f"{self.restorer.path} holds this step, rerun the same command to resume (exit status "
-               f"{EXIT_PREEMPTED})")
-        if self.is_main:
-            logger.warning(msg)
-        raise Preempted(msg)
+                stop_on_signal(self)
 
     def _summary(self) -> dict:
         return {"global_step": self.global_step, "num_train_steps": self.plan.num_train_steps,

@@ -16,13 +16,15 @@ import json
 import logging
 import os
 import re
+import tempfile
 
 import torch
 
 import src.compat.hvd as hvd
 from src.config import apply_stored_model_config
+from src.training.checkpoint import load_model_weights
 from src.utils.device import training_device
-from src.utils.errors import CheckpointError, one_line
+from src.utils.errors import CheckpointError, one_line, write_error
 
 logger = logging.getLogger(__name__)
 
@@ -123,10 +125,9 @@ def _model_from_run(cfg, task):
         others = [s for s in available_steps(cfg.output_dir) if s != cfg.inference_model_step]
         raise CheckpointError(f"{path} is unreadable ({one_line(e)}); it may be a truncated save: "
                               f"pick another --inference_model_step (available: {others})") from e
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"{path} does not match the model built from the stored config: missing "
-                              f"{missing[:5]}, unexpected {unexpected[:5]}")
+    others = [s for s in available_steps(cfg.output_dir) if s != cfg.inference_model_step]
+    load_model_weights(model, sd, path, f"the model is built from {cfg.output_dir}/log/args.json: pick "
+                                        f"another --inference_model_step (available: {others})")
     return model
 
 
@@ -138,6 +139,19 @@ def inference_result_dir(cfg, prefix="results", with_clips=True):
     if with_clips:
         name += f"_{cfg.inference_n_clips}_{cfg.score_agg_func}"
     return os.path.join(cfg.output_dir, f"{prefix}_{stem}", name)
+
+
+def check_writable(result_dir: str) -> None:
+    """Fail before the work, not after it: the folder the results will go to (or its nearest existing
+    parent) must accept a new file."""
+    folder = os.path.abspath(result_dir)
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise write_error(result_dir, e) from e
 
 
 def write_inference_outputs(result_dir: str, files: dict) -> None:

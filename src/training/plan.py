@@ -65,6 +65,16 @@ class RunPlan:
             return step + math.ceil(max(0, end - step) * self.examples_per_step / new.examples_per_step)
         return replace(new, num_train_steps=moved(self.num_train_steps), stop_step=moved(self.stop_step))
 
+    def accumulation_warning(self) -> str | None:
+        """A warning when one optimizer step needs more batches than an epoch has per process."""
+        batches = math.ceil(self.n_examples / (self.world_size * self.train_batch_size))
+        if self.gradient_accumulation_steps <= batches:
+            return None
+        return (f"gradient_accumulation_steps {self.gradient_accumulation_steps} is more than the {batches} "
+                f"batch(es) of an epoch per process ({self.n_examples} examples / ({self.world_size} "
+                f"processes x batch {self.train_batch_size})): each optimizer step spans several epochs; "
+                f"lower gradient_accumulation_steps or train_batch_size")
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -10,9 +10,12 @@ stops at once (SIGINT: ``KeyboardInterrupt``; SIGTERM/SIGUSR1: their default act
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
+
+logger = logging.getLogger(__name__)
 
 #: exit status of a run stopped by a signal after saving its restore file (EX_TEMPFAIL, "try again
 #: later": a SLURM or Kubernetes wrapper requeues on it; see run_scripts/slurm_*.sbatch)
@@ -64,3 +67,18 @@ class StopSignals:
             raise KeyboardInterrupt
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+
+def stop_on_signal(trainer) -> None:
+    """Every rank at the same step (the request was allreduced with the step's loss statistics): the
+    restore file (unless this step's is written already), one line from rank 0, :class:`Preempted`."""
+    if trainer.restore_saved_at != trainer.global_step:
+        trainer.save_restore()
+    got = (f"{trainer.signals.name} received" if trainer.signals.received
+           else "a stop signal reached another rank")
+    msg = (f"stopped at step {trainer.global_step} of {trainer.plan.stop_step} (epoch {trainer.epoch}): "
+           f"{got}; {trainer.restorer.path} holds this step, rerun the same command to resume (exit status "
+           f"{EXIT_PREEMPTED})")
+    if trainer.is_main:
+        logger.warning(msg)
+    raise Preempted(msg)

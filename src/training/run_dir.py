@@ -87,20 +87,62 @@ class RunDirectory:
         self._remove_interrupted_saves()
         if not os.path.exists(self.args_path):
             return "new"
-        with open(self.args_path) as f:
-            stored = json.load(f)
-        diffs = setting_differences(stored, settings)
         if self.policy == "restart":
             self._archive()
             return "restart"
+        diffs = setting_differences(self._read_json(self.args_path), settings)
         if diffs and self.policy == "resume":
             raise RunDirError(
                 f"{self.dir} holds a run with other settings ({_fmt(diffs)}); nothing was changed there. "
                 f"Use a new --output_dir, or --existing_run extend (continue that run's weights and step "
                 f"under the new settings) or --existing_run restart (move it to "
                 f"{os.path.join(self.dir, 'previous_runs')}/ and start again)")
+        if self._without_restore_file():
+            return "finished"
         self._extend_diffs = diffs if self.policy == "extend" else {}
         return "extend" if self.policy == "extend" else "resume"
+
+    def _read_json(self, path: str) -> dict:
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                data = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RunDirError(f"{path} is empty or not JSON ({e}); this run's settings cannot be read: "
+                              f"restore the file, or rerun with --existing_run restart") from None
+        if not isinstance(data, dict):
+            raise RunDirError(f"{path} is not a JSON object of settings; restore the file, or rerun with "
+                              f"--existing_run restart")
+        return data
+
+    def _without_restore_file(self) -> bool:
+        """A stored run with neither ``ckpt/restore.pt`` nor its backup (deleted to save space): True if
+        its final ``model_step_N.pt`` says it finished; an error if it saved checkpoints but cannot be
+        resumed (rerunning would train from step 0 over them); False if it saved none (it stopped
+        before its first restore file and validation: starting again loses nothing)."""
+        ckpt = self.ckpt_dir
+        if any(os.path.exists(os.path.join(ckpt, n)) for n in ("restore.pt", "restore_backup.pt")):
+            return False
+        final = self._final_step()
+        final_path = os.path.join(ckpt, f"model_step_{final}.pt")
+        if final is not None and self.policy == "resume" and os.path.isfile(final_path):
+            return True
+        trained = sorted(f"ckpt/{n}" for n in os.listdir(ckpt) if n.endswith(".pt"))
+        if not trained:
+            return False
+        what = ", ".join(trained[:4]) + (" ..." if len(trained) > 4 else "")
+        raise RunDirError(
+            f"{self.dir} holds a trained run ({what}) but no ckpt/restore.pt or ckpt/restore_backup.pt to "
+            f"{'continue' if self.policy == 'extend' else 'resume'} from"
+            + (f", and not its final checkpoint ckpt/model_step_{final}.pt" if final is not None else "")
+            + "; rerunning would train again from step 0 over it. Use --existing_run restart (moves it to "
+              f"{os.path.join(self.dir, 'previous_runs')}/) or a new --output_dir")
+
+    def _final_step(self) -> int | None:
+        """The step the stored run stops at (``log/run_plan.json``; else args.json's num_train_steps)."""
+        plan = os.path.join(self.log_dir, "run_plan.json")
+        if os.path.isfile(plan):
+            return self._read_json(plan).get("stop_step")
+        return self._read_json(self.args_path).get("num_train_steps")
 
     def keep_previous_args(self) -> None:
         """``extend`` under new settings, once the run is accepted: the stored ``args.json`` is kept as
