@@ -7,6 +7,7 @@ a ``data.mdb`` cut short, a rank stopped with SIGSTOP) and is bounded in time.
 import hashlib
 import json
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -285,3 +286,40 @@ def test_accumulation_longer_than_an_epoch_warns_with_the_numbers(tmp_path, capl
     assert run_toy(tmp_path / "run", gradient_accumulation_steps=12, num_train_epochs=3) == 0
     assert ("gradient_accumulation_steps 12 is more than the 8 batch(es) of an epoch per process "
             "(32 examples / (1 processes x batch 4))") in caplog.text
+
+
+# ---------------------------------------------------------------------------------------------
+# a frozen rank under torchrun
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone in all but name
+        return f.read().split()[2] != "Z"
+
+
+@pytest.mark.multiprocess
+def test_frozen_rank_under_torchrun_ends_the_job_within_a_minute(tmp_path):
+    t0 = time.time()
+    p = mp_utils.run_torchrun([WORKERS / "stall_rank.py", tmp_path / "run", 1, 3, "stop"], timeout=150,
+                              env={"TOY_DIST_BACKEND": "torch", "DIST_PEER_TIMEOUT_S": "20"})
+    elapsed = time.time() - t0
+    text = p.stdout + p.stderr
+    assert p.returncode != 0 and "rank 1 stalls (stop) at step 3" in text, text[-3000:]
+    lines = [ln for ln in text.splitlines() if "has not responded for" in ln]
+    assert len(lines) == 1 and lines[0].startswith("error: rank 1 (host "), text[-3000:]
+    assert "(DIST_PEER_TIMEOUT_S=20); ending the job" in lines[0]
+    assert elapsed < 75, f"the job took {elapsed:.0f}s to end"
+    pid = int(text.split("at step 3, pid ")[1].split()[0])
+    assert not _pid_alive(pid)  # the stopped worker is not left behind
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("mode", ["gil", "sleep"])
+def test_a_rank_busy_alone_for_longer_than_the_timeout_is_not_a_frozen_rank(tmp_path, mode):
+    p = mp_utils.run_torchrun([WORKERS / "stall_rank.py", tmp_path / "run", 0, 3, mode], timeout=150,
+                              env={"TOY_DIST_BACKEND": "torch", "DIST_PEER_TIMEOUT_S": "4"})
+    text = p.stdout + p.stderr
+    assert p.returncode == 0 and f"rank 0 stalls ({mode}) at step 3" in text, text[-3000:]
+    assert "has not responded" not in text

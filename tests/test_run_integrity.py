@@ -403,6 +403,40 @@ def test_garbage_lmdb_store(ret, tmp_path, capsys):
     assert line.startswith("error: DataStoreError: ") and str(store) in line
 
 
+def test_foreign_checkpoint_at_inference(ret, capsys):
+    sd = torch.load(ret["out"] / "ckpt" / "model_step_3.pt")
+    name = next(k for k, v in sd.items() if v.dim() == 2)
+    sd[name] = torch.zeros(2, 2)
+    foreign = ret["out"] / "ckpt" / "model_step_96.pt"
+    torch.save(sd, foreign)
+    try:
+        assert _infer(ret, "--inference_model_step", 96) == 1
+    finally:
+        foreign.unlink()
+    line = error_line(capsys)
+    assert line.startswith(f"error: CheckpointError: {foreign} does not fit this model: keys 1 of another "
+                           f"shape (e.g. {name} (2, 2) vs ") and "available: [3]" in line
+
+
+def test_inference_into_a_read_only_output_dir_fails_before_the_work(ret, tmp_path, capsys):
+    ro = tmp_path / "ro_run"
+    shutil.copytree(ret["out"], ro)
+    p = subprocess.run(f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro}", shell=True,
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot make a read-only bind mount here ({p.stderr.strip()}); needs root")
+    try:
+        t0 = time.time()
+        assert _infer(ret, "--output_dir", ro, "--inference_model_step", 3) == 1
+        elapsed = time.time() - t0
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], check=False)
+    line = error_line(capsys)
+    assert line.startswith(f"error: OutputWriteError: cannot write {ro}/results_retrieval_val/step_3_1_mean: "
+                           f"Read-only file system"), line
+    assert elapsed < 20  # refused before the model is built and the videos are scored
+
+
 @pytest.mark.parametrize("what", ["train", "inference", "verify"])
 def test_truncated_lmdb_store_is_named_not_a_sigbus(ret, tmp_path, what):
     """An interrupted copy of data.mdb opens fine and used to kill the process with SIGBUS (exit 135,

@@ -12,6 +12,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from src.compat import _peer_watchdog
 from src.compat._compression import Compression
 from src.compat._row_sparse import average_rows
 
@@ -33,6 +34,7 @@ def init(*args, **kwargs):
         dist.init_process_group("nccl" if use_nccl else "gloo", timeout=timeout,
                                 **_restart_safe_store(world, timeout))
         _S["device"] = f"cuda:{_S['local_rank']}" if use_nccl else "cpu"
+        _peer_watchdog.start(_S["rank"], world)
         atexit.register(_leave_together)
         sys.excepthook = _note_failure
     _S["group"] = world > 1
@@ -62,6 +64,7 @@ def _leave_together():
     one of them abort at exit ("terminate called without an active exception", SIGABRT) in about
     every other 2-process run here, after all the work was done. After an uncaught exception, or if a
     peer does not arrive, nothing is waited for: the launcher ends the job."""
+    _peer_watchdog.stop()  # a clean exit: peers stop watching this rank
     if _S["failed"] or not (_S["group"] and dist.is_initialized()) or dist.get_backend() != "gloo":
         return
     try:
@@ -77,6 +80,7 @@ def _note_failure(exc_type, exc, tb, _previous=sys.excepthook):
 
 
 def shutdown():
+    _peer_watchdog.stop()
     if _S["group"] and dist.is_initialized():
         dist.destroy_process_group()
     _S["group"] = False
@@ -109,6 +113,11 @@ def nccl_built():
 def barrier():
     if _S["group"]:
         dist.barrier()
+
+
+def busy():
+    """Context: a long operation of this rank alone (a checkpoint save); see ``_peer_watchdog``."""
+    return _peer_watchdog.busy()
 
 
 def join(device=-1):

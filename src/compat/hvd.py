@@ -32,6 +32,7 @@ Deliberate differences from Horovod 0.28.1 (both backends):
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -176,6 +177,13 @@ def nccl_built() -> bool:
 
 def barrier() -> None:
     _impl().barrier()
+
+
+def busy() -> contextlib.AbstractContextManager:
+    """Not Horovod API: wrap a long operation of this rank alone (a checkpoint save) so the torch
+    backend's peer watchdog allows it ``DIST_BUSY_GRACE_S`` of silence; a no-op elsewhere."""
+    impl = _state["impl"]
+    return impl.busy() if impl is not None and hasattr(impl, "busy") else contextlib.nullcontext()
 
 
 def join(device: int = -1) -> int:

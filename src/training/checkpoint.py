@@ -15,6 +15,7 @@ import os
 
 import torch
 
+import src.compat.hvd as hvd
 from src.utils.errors import CheckpointError, write_error
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ def atomic_torch_save(obj, path, keep_previous_as=None):
     free space and the space needed."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
+        with hvd.busy(), open(tmp, "wb") as f:  # peers allow a long save (torch backend's watchdog)
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
