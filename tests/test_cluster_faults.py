@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -323,3 +324,41 @@ def test_a_rank_busy_alone_for_longer_than_the_timeout_is_not_a_frozen_rank(tmp_
     text = p.stdout + p.stderr
     assert p.returncode == 0 and f"rank 0 stalls ({mode}) at step 3" in text, text[-3000:]
     assert "has not responded" not in text
+
+
+# ---------------------------------------------------------------------------------------------
+# SLURM's warning signal through the batch shell (run_scripts/_preemptible.sh)
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("launcher", ["python", "horovodrun"])
+def test_slurm_warning_signal_is_forwarded_saved_and_requeued(tmp_path, launcher):
+    if launcher == "horovodrun" and not mp_utils.horovodrun_available():
+        pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
+    bindir, log = tmp_path / "bin", tmp_path / "scontrol.log"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n")
+    (bindir / "scontrol").chmod(0o755)
+    out = tmp_path / "run"
+    launch = (f"{mp_utils.BIN}/horovodrun -np 2 -H localhost:2 --gloo {sys.executable}"
+              if launcher == "horovodrun" else sys.executable)
+    script = "tests/workers/slow_toy.py"
+    cmd = f"source run_scripts/_preemptible.sh; preemptible {script} {launch} {script} {out}"
+    env = mp_utils._env({"PATH": f"{bindir}:{mp_utils._env()['PATH']}", "SLURM_JOB_ID": "4242",
+                         "TOY_DIST_BACKEND": "horovod" if launcher == "horovodrun" else "auto"})
+    p = subprocess.Popen(["bash", "-c", cmd], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while not (out / "ckpt" / "restore.pt").exists() and time.time() < deadline and p.poll() is None:
+            time.sleep(0.2)
+        os.kill(p.pid, signal.SIGUSR1)  # what `#SBATCH --signal=B:USR1@120` does
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    text = stdout + stderr
+    assert p.returncode == 0, text[-3000:]
+    n = 2 if launcher == "horovodrun" else 1
+    assert f"[slurm] SIGUSR1: asked {n} training process(es) of {script}" in text
+    assert "[slurm] job 4242 requeued" in text and log.read_text().split() == ["requeue", "4242"]
+    stopped, _, total = text.split("stopped at step ")[1].split()[:3]
+    assert 0 < int(stopped) < int(total) and restore_step(out) == int(stopped)
