@@ -16,6 +16,9 @@ on the master params, the step in ``skip_synchronize()``, ``zero_grad``. It retu
 :class:`StepResult`. Everything periodic (logging, validation, checkpoints) is a hook
 (``src.training.hooks``); fp32 / bf16 / amp O2 differ only inside ``src.training.precision``.
 
+SIGTERM / SIGUSR1 / SIGINT only set a flag; it rides on the step's loss-statistics allreduce, so every
+rank stops at the same step boundary, writes the restore file and exits 75 (``src.training.preemption``).
+
 Under ``horovodrun --min-np/--max-np`` (Horovod elastic) set-up does no collective and the loop runs
 inside ``hvd.elastic.run``, committing every ``elastic_commit_steps`` (``src.training.elastic``); the
 run's state, its restore file and the elastic commits are ``src.training.state``.
