@@ -89,22 +89,24 @@ def image_key(image_id, subtype, style, where):
 
 
 def read_questions(path, subtype, style):
-    rows, ids = [], []
-    for where, q in read_json_items(path, "questions"):
+    """(rows, their integer COCO image ids)."""
+    rows, ids, image_ids = [], [], []
+    for where, q in read_json_items(path, "questions", ("question_id",)):
         need(q, where, ("image_id", "question", "question_id"))
         rows.append({"question": text_of(q, "question", where), "question_id": q["question_id"],
                      "image_id": image_key(q["image_id"], subtype, style, where)})
         ids.append((where, q["question_id"]))
+        image_ids.append(q["image_id"])
     check_unique(ids, "question_id")
     if not rows:
         raise ValueError(f"{path}: no questions")
-    return rows
+    return rows, image_ids
 
 
 def read_annotations(path):
     """{question_id: (where, annotation)} with the answers normalised."""
     out, ids = {}, []
-    for where, a in read_json_items(path, "annotations"):
+    for where, a in read_json_items(path, "annotations", ("question_id",)):
         need(a, where, ("question_id", "answers", "multiple_choice_answer", "answer_type"))
         if not isinstance(a["answers"], list) or not a["answers"]:
             raise ValueError(f"{where}: 'answers' must be a non-empty list of {{answer: ...}} objects")
@@ -123,12 +125,13 @@ def read_annotations(path):
 
 
 def convert_split(raw_dir, subtype, style):
-    """Rows of one split; annotated splits must annotate exactly their questions."""
+    """(rows, normalised most common answers, integer image ids) of one split; annotated splits must
+    annotate exactly their questions."""
     q_path = os.path.join(raw_dir, QUESTIONS.format(subtype))
-    rows = read_questions(q_path, subtype, style)
+    rows, image_ids = read_questions(q_path, subtype, style)
     a_path = os.path.join(raw_dir, ANNOTATIONS.format(subtype))
     if not os.path.isfile(a_path):
-        return rows, []
+        return rows, [], image_ids
     ann = read_annotations(a_path)
     missing = [r["question_id"] for r in rows if r["question_id"] not in ann]
     if missing:
@@ -143,7 +146,7 @@ def convert_split(raw_dir, subtype, style):
         a = ann[r["question_id"]][1]
         r.update(answers=a["answers"], answer_type=a["answer_type"], question_type=a["question_type"])
         mcs.append(a["mc"])
-    return rows, mcs
+    return rows, mcs, image_ids
 
 
 def convert_vqa(raw_dir, vocab_splits=("train",), min_count=DEFAULT_MIN_COUNT, style="coco"):
@@ -158,10 +161,44 @@ def convert_vqa(raw_dir, vocab_splits=("train",), min_count=DEFAULT_MIN_COUNT, s
                              f"({QUESTIONS.format(SPLITS[s])}, {ANNOTATIONS.format(SPLITS[s])})")
     rows, counts = {}, Counter()
     for split, sub in present.items():
-        rows[split], mcs = convert_split(raw_dir, sub, style)
+        rows[split], mcs, _ = convert_split(raw_dir, sub, style)
         if split in vocab_splits:
             counts.update(mcs)
+    return rows, _vocab(counts, min_count, "+".join(vocab_splits))
+
+
+def _vocab(counts, min_count, what):
     answers = sorted((a for a, n in counts.items() if n >= min_count), key=lambda a: (-counts[a], a))
     if not answers:
-        raise ValueError(f"no answer occurs {min_count} times in {'+'.join(vocab_splits)}; lower --min_count")
-    return rows, {a: i for i, a in enumerate(answers)}
+        raise ValueError(f"no answer occurs {min_count} times in {what}; lower --min_count")
+    return {a: i for i, a in enumerate(answers)}
+
+
+def convert_vqa_k(raw_dir, min_count=DEFAULT_MIN_COUNT, style="coco", karpathy_test=None):
+    """ClipBERT's VQA files: ({"vqa_k_trainval", "vqa_k_test"[, "vqa_test", "vqa_test_dev"]: rows},
+    trainval ans2label). ``vqa_k_test`` holds the val2014 questions on the Karpathy-test images
+    (``karpathy_test``: their integer COCO ids), or all val2014 questions when it is None;
+    ``vqa_k_trainval`` every other train2014/val2014 question. The vocabulary counts trainval only."""
+    if min_count < 1:
+        raise ValueError(f"--min_count must be >= 1, got {min_count}")
+    for split in ("train", "val"):
+        sub = SPLITS[split]
+        for name in (QUESTIONS.format(sub), ANNOTATIONS.format(sub)):
+            if not os.path.isfile(os.path.join(raw_dir, name)):
+                raise ValueError(f"{os.path.join(raw_dir, name)}: file not found (vqa_k_trainval/vqa_k_test "
+                                 f"need the train2014 and val2014 questions and annotations)")
+    trainval, test, counts = [], [], Counter()
+    for split in ("train", "val"):
+        rows, mcs, image_ids = convert_split(raw_dir, SPLITS[split], style)
+        for r, mc, img in zip(rows, mcs, image_ids):
+            held = split == "val" and (karpathy_test is None or img in karpathy_test)
+            (test if held else trainval).append(r)
+            if not held:
+                counts[mc] += 1
+    if not test:
+        raise ValueError(f"{raw_dir}: no val2014 question is on a Karpathy-test image (wrong split file?)")
+    out = {"vqa_k_trainval": trainval, "vqa_k_test": test}
+    for split, name in (("test", "vqa_test"), ("test_dev", "vqa_test_dev")):
+        if os.path.isfile(os.path.join(raw_dir, QUESTIONS.format(SPLITS[split]))):
+            out[name] = convert_split(raw_dir, SPLITS[split], style)[0]
+    return out, _vocab(counts, min_count, "vqa_k_trainval")
