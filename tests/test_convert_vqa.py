@@ -75,14 +75,18 @@ def test_convert_rows_vocab_and_image_keys(tmp_path):
     assert ans2label == {"red": 0} and rows["val"][0]["image_id"] == "42"
 
 
-def test_cli_writes_files(tmp_path):
+def test_cli_writes_clipberts_files(tmp_path):
+    """ClipBERT's VQA config reads vqa_k_trainval.jsonl, vqa_k_test.jsonl, trainval_ans2label.json:
+    without a Karpathy split file val2014 is the held-out test, train2014 the training file."""
     out, logged = tmp_path / "out", []
     assert main(["vqa", "--raw_dir", _raw(tmp_path), "--output_dir", str(out), "--min_count", "1"],
                 log=logged.append) == 0
-    assert sorted(os.listdir(out)) == ["test_dev.jsonl", "train.jsonl", "train_ans2label.json", "val.jsonl"]
-    assert len(load_jsonl(str(out / "train.jsonl"))) == 3
-    assert json.load(open(out / "train_ans2label.json")) == {"red": 0, "2": 1}
-    assert any("train_ans2label.json: 2 answers" in line for line in logged)
+    assert sorted(os.listdir(out)) == ["trainval_ans2label.json", "vqa_k_test.jsonl", "vqa_k_trainval.jsonl",
+                                       "vqa_test_dev.jsonl"]
+    assert len(load_jsonl(str(out / "vqa_k_trainval.jsonl"))) == 3
+    assert [r["question_id"] for r in load_jsonl(str(out / "vqa_k_test.jsonl"))] == [420]
+    assert json.load(open(out / "trainval_ans2label.json")) == {"red": 0, "2": 1}
+    assert any("trainval_ans2label.json: 2 answers" in line for line in logged)
 
 
 def test_errors_name_the_file_and_the_fix(tmp_path, capsys):

@@ -207,9 +207,11 @@ def main(argv=None, log=print):
         print(f"error: {e}", file=sys.stderr)
         return 1
     for name, payload in out.items():
-        size = f"{len(payload)} rows" if name.endswith(".jsonl") else f"{len(payload)} entries"
-        note = f"; {notes[name]}" if name in notes else ""
-        log(f"{os.path.join(args.output_dir, name)}: {size}{note}")
+        if name.endswith(".jsonl"):
+            what = f"{len(payload)} rows" + (f"; {notes[name]}" if name in notes else "")
+        else:
+            what = notes.get(name, f"{len(payload)} entries")
+        log(f"{os.path.join(args.output_dir, name)}: {what}")
     for name, note in notes.items():
         if name not in out:
             log(f"{os.path.join(args.output_dir, name)}: {note}")
