@@ -7,10 +7,9 @@ retrieval dataset (configs/didemo_ret_base_resnet50.json, anet_ret_base_resnet50
 
 Joining follows the public recipe (CLIP4Clip's loaders; ClipBERT's own text files were never
 released): the raw sentences in file order, separated by one space, nothing added. File order rather
-than a re-sort by time, because it is what the published numbers of that recipe were computed on and
-the releases already list ActivityNet's sentences by start time; DiDeMo's moments of a video are
-separate annotations whose order carries no meaning a re-sort could restore (annotators disagree on
-their times).
+than a re-sort by time, because it is what the published numbers of that recipe were computed on (so
+results compare with them); DiDeMo's moments of a video are separate annotations whose annotators
+often disagree on the times, so a re-sort would not give one agreed order either.
 
 * DiDeMo (``{train,val,test}_data.json``): a JSON list of moments ``{"video": file name,
   "description", "times", "annotation_id"}``. Key: the video's file stem.
