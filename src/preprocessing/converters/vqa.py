@@ -1,4 +1,6 @@
-"""VQA 2.0 converter: visualqa.org's question + annotation files -> {split}.jsonl + train_ans2label.json.
+"""VQA 2.0 converter: visualqa.org's question + annotation files -> the files ClipBERT's VQA config reads,
+``vqa_k_trainval.jsonl``, ``vqa_k_test.jsonl`` and ``trainval_ans2label.json`` (+ ``vqa_test.jsonl``,
+``vqa_test_dev.jsonl`` for the evaluation server when those question files are present).
 
 Raw files (in ``--raw_dir``, their download names):
 
@@ -14,10 +16,12 @@ together); test splits have no answers. ``image_id`` is the image's LMDB key: by
 stem ``COCO_{train2014|val2014|test2015}_{id:012d}`` (``file2lmdb`` keys images by file stem; test-dev
 questions use test2015 images), or ``str(id)`` with ``--image_key id``.
 
-The answer vocabulary (``train_ans2label.json``) is the usual VQA 2.0 one: the normalised
-``multiple_choice_answer`` (the most common human answer) counted over the questions of
-``--vocab_splits`` (default train; ``train val`` with ``--min_count 9`` gives the 3,129 answers of
-ClipBERT's config), answers seen at least ``--min_count`` times, most frequent first.
+Splits ("k" for Karpathy): ``vqa_k_test`` holds the val2014 questions on the 5,000 Karpathy-test
+images (``--karpathy_split dataset_coco.json``; without it all val2014 questions), ``vqa_k_trainval``
+every other train2014 + val2014 question. The answer vocabulary is the usual VQA 2.0 one: the
+normalised ``multiple_choice_answer`` (the most common human answer) of the ``vqa_k_trainval``
+questions, answers seen at least ``--min_count`` (9) times, most frequent first (train + val with 9
+gives ClipBERT's 3,129 answers; holding the Karpathy test out may change that count).
 """
 import os
 import re
@@ -147,24 +151,6 @@ def convert_split(raw_dir, subtype, style):
         r.update(answers=a["answers"], answer_type=a["answer_type"], question_type=a["question_type"])
         mcs.append(a["mc"])
     return rows, mcs, image_ids
-
-
-def convert_vqa(raw_dir, vocab_splits=("train",), min_count=DEFAULT_MIN_COUNT, style="coco"):
-    """Returns ({split: rows} for the splits whose questions file exists, ans2label)."""
-    if min_count < 1:
-        raise ValueError(f"--min_count must be >= 1, got {min_count}")
-    present = {s: sub for s, sub in SPLITS.items()
-               if os.path.isfile(os.path.join(raw_dir, QUESTIONS.format(sub)))}
-    for s in vocab_splits:
-        if s not in present or not os.path.isfile(os.path.join(raw_dir, ANNOTATIONS.format(SPLITS[s]))):
-            raise ValueError(f"{raw_dir}: the answer vocabulary needs {s}'s questions and annotations "
-                             f"({QUESTIONS.format(SPLITS[s])}, {ANNOTATIONS.format(SPLITS[s])})")
-    rows, counts = {}, Counter()
-    for split, sub in present.items():
-        rows[split], mcs, _ = convert_split(raw_dir, sub, style)
-        if split in vocab_splits:
-            counts.update(mcs)
-    return rows, _vocab(counts, min_count, "+".join(vocab_splits))
 
 
 def _vocab(counts, min_count, what):
