@@ -162,3 +162,14 @@ def test_vg_qa_rows_and_errors(src, tmp_path, capsys):
         == 0
     )
     assert [r["labels"] for r in load_jsonl(str(out / "vg_k_trainval.jsonl"))] == [{"red": 1.0}] * 2
+
+
+def test_vg_captions_cli_without_karpathy_holds_out_val2014(src, tmp_path):
+    out, logged = tmp_path / "out", []
+    argv = ["vg_captions", "--region_descriptions", str(src / "region_descriptions.json"), "--image_data",
+            str(src / "image_data.json"), "--coco_annotations", str(src / "captions_train2014.json"),
+            str(src / "captions_val2014.json"), "--n_val_images", "1", "--output_dir", str(out)]
+    assert main(argv, log=logged.append) == 0
+    rows = load_jsonl(str(out / "vg_train_captions.jsonl")) + load_jsonl(str(out / "vg_val_captions.jsonl"))
+    assert sorted({r["vg_id"] for r in rows}) == ["1", "3", "5"]  # VG 2, 4 are COCO val2014 images 42, 73
+    assert any("left out: 3 blank phrases, 6 regions of held-out COCO images" in x for x in logged)

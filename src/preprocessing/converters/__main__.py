@@ -99,7 +99,7 @@ def run_coco_captions(a):
 
 def _vg_inputs(a):
     stems = coco.image_stems(a.coco_annotations)
-    val_ids = coco.image_stems([p for p in a.coco_annotations if "val2014" in os.path.basename(p)])
+    val_ids = {i for i, stem in stems.items() if "_val2014_" in stem}  # COCO_val2014_000000000042
     if not a.karpathy_split and not val_ids:
         raise ValueError("--coco_annotations: give captions_val2014.json (its images are held out), or "
                          "--karpathy_split dataset_coco.json")

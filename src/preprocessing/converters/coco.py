@@ -87,9 +87,9 @@ def convert_coco_captions(train_json, val_json, karpathy=None):
     return out, skipped
 
 
-def held_out_ids(val_stems, karpathy=None):
+def held_out_ids(val_ids, karpathy=None):
     """Integer COCO ids whose questions/captions stay out of training: the Karpathy test images, or
-    (without the Karpathy file) every val2014 image."""
+    (without the Karpathy file) ``val_ids``, every val2014 image."""
     if karpathy:
         return {i for i, s in karpathy_splits(karpathy).items() if s == "test"}
-    return set(val_stems)
+    return set(val_ids)
