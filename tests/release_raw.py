@@ -206,8 +206,8 @@ def visual_genome(raw):
                                "width": 10, "height": 10}
                               for k, p in enumerate((f"a {COLORS[v % 4]} shape", "", "the background"))]}
         for v in VG_IMAGES])
-    one_line_json(raw / "question_answers.json", [
-        {"id": v, "qas": [{"qa_id": 100 * v + k, "image_id": v, "question": q, "answer": a,
+    one_line_json(raw / "question_answers.json", [  # qa_id 9000, 9001 are VQA question ids too
+        {"id": v, "qas": [{"qa_id": 9000 + 10 * (v - 1) + k, "image_id": v, "question": q, "answer": a,
                            "a_objects": [], "q_objects": []}
                           for k, (q, a) in enumerate((("What color is it?", "Red."), ("Is it big?", "No"),
                                                       ("Why?", "because")))]}

@@ -104,7 +104,7 @@ def test_vg_qa_rows_and_errors(src, tmp_path, capsys):
     assert rows["vg_k_trainval"][0] == {
         "question": "What color is it?",
         "image_id": "COCO_train2014_000000000009",
-        "question_id": 100,
+        "question_id": "vg9000",
         "labels": {"red": 1.0},
         "answer_type": "other",
     }

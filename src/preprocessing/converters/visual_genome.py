@@ -13,9 +13,11 @@ Held out everywhere: VG images that are held-out COCO images (the Karpathy test 
 evaluations score. Captions rows are ``{"vg_id": str(image id), "caption": phrase}`` (the key of
 VG's ``{id}.jpg`` in a file2lmdb store); ``--n_val_images`` VG images (seeded) make the val file.
 QA rows are the VQA dataset's ``{question, image_id, question_id, labels, answer_type}`` on the COCO
-image (its file stem, the VQA store's key): the answer normalised as VQA's, score 1.0, kept only when
-it is in the VQA answer vocabulary (ClipBERT's loader raised KeyError on others). Blank phrases,
-blank questions/answers and out-of-vocabulary answers are skipped and counted.
+image (its file stem, the VQA store's key). ``question_id`` is ``"vg{qa_id}"``: the config trains on
+this file together with VQA's, and the dataset requires ids unique across both. The answer is
+normalised as VQA's, scored 1.0, and kept only when it is in the VQA answer vocabulary (ClipBERT's
+loader raised KeyError on others). Blank phrases, blank questions/answers and out-of-vocabulary
+answers are skipped and counted.
 """
 import random
 
@@ -103,7 +105,8 @@ def convert_vg_qa(qa_json, vg2coco, coco_stems, held_out, ans2label):
                 skipped["answers outside the VQA vocabulary"] += 1
                 continue
             rows.append({"question": q.strip(), "image_id": coco_stems[coco],
-                         "question_id": qa.get("qa_id", f"vg{vid}_{i}"), "labels": {ans: 1.0},
+                         "question_id": f"vg{qa['qa_id']}" if "qa_id" in qa else f"vg{vid}_{i}",
+                         "labels": {ans: 1.0},
                          "answer_type": answer_type(ans)})
     if not rows:
         raise ValueError(f"{qa_json}: no question on a training COCO image has an answer in the VQA "
