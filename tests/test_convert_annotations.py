@@ -182,6 +182,8 @@ def test_json_items_lines_and_fallback(tmp_path):
     lines = _w(tmp_path / "lines.json", "[\n" + ",\n".join(json.dumps({"id": i}) for i in range(2)) + "\n]")
     assert [w for w, _ in read_json_items(lines, id_keys=("id",))] == [f"{lines}:2: item[0] (id 0)",
                                                                         f"{lines}:3: item[1] (id 1)"]
+    nested = _w(tmp_path / "nested.json", '{"info": {"videos": [1]},\n "videos": [\n{"a": 1}]}')
+    assert read_json_items(nested, "videos") == [(f"{nested}: videos[0]", {"a": 1})]  # no wrong line number
     broken = _w(tmp_path / "broken.json", '[\n{"a": 1},\n{"a": \n')
     with pytest.raises(ValueError, match=f"^{broken}:4: invalid JSON"):
         read_json_items(broken)

@@ -55,14 +55,14 @@ def _skip_ws(text, pos):
 
 
 def _array_lines(text, pos):
-    """The line of each element of the JSON array starting at text[pos] == '['."""
+    """(line, element) for each element of the JSON array starting at text[pos] == '['."""
     dec, out, line, last = json.JSONDecoder(), [], 1, 0
     pos = _skip_ws(text, pos + 1)
     while pos < len(text) and text[pos] != "]":
         line += text.count("\n", last, pos)
         last = pos
-        _, end = dec.raw_decode(text, pos)
-        out.append(line)
+        item, end = dec.raw_decode(text, pos)
+        out.append((line, item))
         pos = _skip_ws(text, end)
         if pos < len(text) and text[pos] == ",":
             pos = _skip_ws(text, pos + 1)
@@ -98,7 +98,7 @@ def read_json_items(path, key=None, id_keys=()):
     if "\n" in text.strip():
         if key is None:
             start = _skip_ws(text, 0)
-        else:  # the key's array: used only when it holds exactly the items found
+        else:  # the first '"key": [' in the text: used only when it holds exactly the items found
             m = re.search('"' + re.escape(key) + r'"\s*:\s*\[', text)
             start = m.end() - 1 if m else None
         if start is not None:
@@ -106,8 +106,8 @@ def read_json_items(path, key=None, id_keys=()):
                 found = _array_lines(text, start)
             except ValueError:
                 found = []
-            if len(found) == len(arr):
-                lines = found
+            if [it for _, it in found] == arr:
+                lines = [line for line, _ in found]
     label = key or "item"
     return [(_item_where(path, ln, label, i, it, id_keys), it) for i, (ln, it) in enumerate(zip(lines, arr))]
 
