@@ -220,3 +220,24 @@ def test_vqa_config(pretrained, root):
     _infer(root, "vqa", "vqa_base_resnet50.json", out, "/txt/vqa/vqa_k_test.jsonl",
            "/img/coco_train2014_val2014")
     assert len(list(out.glob("results_vqa_k_test/*/results_all.json"))) == 1
+
+
+
+COVERED = {
+    "pretrain_image_text_base_resnet50_mlm_itm.json": test_pretraining_config,
+    "msrvtt_ret_base_resnet50.json": test_msrvtt_retrieval_and_mc_configs,
+    "msrvtt_mc_base_resnet50.json": test_msrvtt_retrieval_and_mc_configs,
+    "msrvtt_qa_base_resnet50.json": test_msrvtt_qa_config,
+    "tgif_qa_action_base_resnet50.json": test_tgif_qa_configs,
+    "tgif_qa_transition_base_resnet50.json": test_tgif_qa_configs,
+    "tgif_qa_frameqa_base_resnet50.json": test_tgif_qa_configs,
+    "didemo_ret_base_resnet50.json": test_didemo_config,
+    "anet_ret_base_resnet50.json": test_anet_config,
+    "vqa_base_resnet50.json": test_vqa_config,
+}
+
+
+def test_every_shipped_config_has_its_end_to_end_test():
+    """A new configs/*_base_resnet50*.json needs a test above (and a converter for what it reads)."""
+    shipped = {p.name for p in (REPO / "configs").glob("*_base_resnet50*.json")}
+    assert shipped == set(COVERED), f"without an end-to-end test: {sorted(shipped - set(COVERED))}"
