@@ -20,6 +20,15 @@ def test_map_path_only_touches_the_four_roots():
                                         "img": "/scratch/me/img/t", "list": ["/scratch/me/pretrain/x.pt", 3]}
 
 
+def test_a_prefix_under_a_root_is_not_mapped_itself():
+    """``--path_prefix /storage/me`` (a cluster folder) is that folder, not /storage/me/storage/me."""
+    cfg = parse_args("retrieval", ["--config", "configs/msrvtt_ret_base_resnet50.json", "--path_prefix",
+                                   "/storage/me"])
+    assert cfg.path_prefix == "/storage/me" and cfg.output_dir == "/storage/me/storage/msrvtt_ret_default"
+    assert cfg.train_datasets[0].txt == "/storage/me/txt/msrvtt_retrieval/train.jsonl"
+    assert map_paths("/storage/me", parse_prefix("/x"), key="path_prefix") == "/storage/me"
+
+
 def test_root_by_root_and_bad_specs():
     roots = parse_prefix("txt=/data/txt_db, img=/fast/vis_db")
     assert roots == {"txt": "/data/txt_db", "img": "/fast/vis_db"}

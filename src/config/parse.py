@@ -97,10 +97,10 @@ def parse_args(task: str, argv: Optional[Sequence[str]] = None) -> Config:
             if k == "config":
                 continue
             raise ConfigError(f"unknown option {k!r} in {cfg_path}{suggest(k, opts)}")
-        values[k] = coerce(opts[k], map_paths(v, roots), os.path.basename(cfg_path))
+        values[k] = coerce(opts[k], map_paths(v, roots, k), os.path.basename(cfg_path))
         given.add(k)
     for k, v in cli.items():
-        values[k] = coerce(opts[k], map_paths(v, roots), "command line", from_cli=True)
+        values[k] = coerce(opts[k], map_paths(v, roots, k), "command line", from_cli=True)
         given.add(k)
     for k in sorted(given):
         if opts[k].unused:

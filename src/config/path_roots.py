@@ -43,9 +43,10 @@ def map_path(value: str, mapping: dict[str, str]) -> str:
     return value
 
 
-def map_paths(value: Any, mapping: dict[str, str]) -> Any:
-    """:func:`map_path` on every string inside ``value`` (dataset entries, txt dicts and lists)."""
-    if not mapping:
+def map_paths(value: Any, mapping: dict[str, str], key: Optional[str] = None) -> Any:
+    """:func:`map_path` on every string inside ``value`` (dataset entries, txt dicts and lists); the
+    value of option ``path_prefix`` itself is never mapped (``--path_prefix /storage/me`` is a folder)."""
+    if not mapping or key == "path_prefix":
         return value
     if isinstance(value, str):
         return map_path(value, mapping)
