@@ -4,6 +4,7 @@ converted files loading through the project's own dataset builders."""
 import importlib.util
 import json
 import os
+import re
 
 import pytest
 
@@ -101,6 +102,40 @@ def test_msrvtt_mc_rows_and_errors(tmp_path):
         msrvtt.convert_mc(short)
 
 
+def test_msrvtt_mc_as_jsfusion_writes_it(tmp_path, capsys):
+    """JSFusion's MSR_MC_test.csv: key, vid_key (msrNNNN), a1..a5, answer; no video_id column, read
+    with pandas' quoting. The msrvtt_mc sub-command needs nothing else."""
+    mc = _tsv(tmp_path / "MSR_MC_test.csv", "key\tvid_key\ta1\ta2\ta3\ta4\ta5\tanswer", [
+        ["mc0", "msr7010", '"a man says ""hi"""', "b", "c", "d", "e", "2"],
+        ["mc1", "msr7011", 'a "bare quote', "w", "x", "y", "z", "4"]])
+    out = tmp_path / "mc"
+    assert main(["msrvtt_mc", "--mc_csv", mc, "--output_dir", str(out)]) == 0
+    assert load_jsonl(str(out / "msrvtt_retrieval_mc_test.jsonl")) == [
+        {"qid": 0, "clip_name": "video7010", "options": ['a man says "hi"', "b", "c", "d", "e"], "answer": 2},
+        {"qid": 1, "clip_name": "video7011", "options": ['a "bare quote', "w", "x", "y", "z"], "answer": 4}]
+    bad = _tsv(tmp_path / "bad.csv", "vid_key\ta1\ta2\ta3\ta4\ta5\tanswer",
+               [["7010", "a", "b", "c", "d", "e", "0"]])
+    with pytest.raises(ValueError, match=f"^{bad}:2: vid_key must be 'msr' \\+ the MSRVTT video number"):
+        msrvtt.convert_mc(bad)
+    novid = _tsv(tmp_path / "novid.csv", "key\ta1\ta2\ta3\ta4\ta5\tanswer",
+                 [["k", "a", "b", "c", "d", "e", "0"]])
+    assert main(["msrvtt_mc", "--mc_csv", novid, "--output_dir", str(tmp_path / "none")]) == 1
+    err = capsys.readouterr().err
+    assert "header lacks a video column: expected 'vid_key' (msrNNNN) or 'video_id'" in err
+    assert not (tmp_path / "none").exists()
+
+
+def test_tgif_fields_read_as_pandas_reads_them(tmp_path):
+    """TGIF-QA's own code reads its csv files with pandas' default quoting: a quoted field loses its
+    quotes (doubled quotes are one), a bare quote inside a field is text and swallows no line."""
+    path = _tsv(tmp_path / "Train_action_question.csv", ACTION_HEAD, [
+        ["g1", 'what does he "say', '"respond ""no"""', "nod", "wave", "sit", "run", "0", "ACTION1", "1"],
+        ["g2", "what next ?", "a", "b", "c", "d", "e", "4", "ACTION2", "2"]])
+    rows = tgif_qa.convert_file("action", path)
+    assert [r["question"] for r in rows] == ['what does he "say', "what next ?"]
+    assert rows[0]["options"][0] == 'respond "no"'
+
+
 def _qa_json(path, entries):
     return _w(path, "[\n" + ",\n".join(json.dumps(e, ensure_ascii=False) for e in entries) + "\n]\n")
 
@@ -110,18 +145,25 @@ def test_msrvtt_qa_rows_vocab_and_errors(tmp_path):
         {"id": 0, "video_id": 0, "question": "what is a man doing?", "answer": "sing", "category_id": 0},
         {"id": 1, "video_id": 3, "question": "who plays 足球?", "answer": "man", "category_id": 1},
         {"id": 2, "video_id": "video3", "question": "Why not?", "answer": " sing ", "category_id": 0}])
-    rows, vocab = msrvtt_qa.convert_msrvtt_qa({"train": train}, top_k=1)
+    val = _qa_json(tmp_path / "val_qa.json", [
+        {"id": 3, "video_id": 5, "question": "who sings?", "answer": "man", "category_id": 1}])
+    rows, vocab, left_out = msrvtt_qa.convert_msrvtt_qa({"train": train, "val": val}, top_k=1)
+    # "man" is outside the 1-answer vocabulary: left out of training (ClipBERT's loader raised
+    # KeyError on it), kept in val where it counts as wrong
     assert rows["train"] == [
         {"question": "what is a man doing?", "answer": "sing", "answer_type": "what", "video_id": "video0"},
-        {"question": "who plays 足球?", "answer": "man", "answer_type": "who", "video_id": "video3"},
         {"question": "Why not?", "answer": "sing", "answer_type": "other", "video_id": "video3"}]
-    assert vocab == {"sing": 0}
+    assert vocab == {"sing": 0} and left_out == 1
+    assert rows["val"] == [{"question": "who sings?", "answer": "man", "answer_type": "who",
+                            "video_id": "video5"}]
     dup = _qa_json(tmp_path / "dup.json", [{"id": 5, "video_id": 0, "question": "what?", "answer": "a"},
                                            {"id": 5, "video_id": 1, "question": "who?", "answer": "b"}])
-    with pytest.raises(ValueError, match=f"^{dup}:3: duplicate id 5 \\(first at {dup}:2\\)$"):
+    msg = re.escape(f"{dup}:3: item[1] (id 5): duplicate id 5 (first at {dup}:2: item[0] (id 5))")
+    with pytest.raises(ValueError, match=f"^{msg}$"):
         msrvtt_qa.convert_split(dup)
     miss = _qa_json(tmp_path / "miss.json", [{"id": 0, "video_id": 0, "question": "what?"}])
-    with pytest.raises(ValueError, match=f"^{miss}:2: missing field\\(s\\) \\['answer'\\]"):
+    msg = re.escape(f"{miss}:2: item[0] (id 0): missing field(s) ['answer']")
+    with pytest.raises(ValueError, match=f"^{msg}"):
         msrvtt_qa.convert_split(miss)
 
 
@@ -132,8 +174,16 @@ def test_answer_vocab_rule():
 
 
 def test_json_items_lines_and_fallback(tmp_path):
-    one_line = _w(tmp_path / "one.json", json.dumps([{"a": 1}, {"a": 2}]))
-    assert read_json_items(one_line) == [(f"{one_line}:1", {"a": 1}), (f"{one_line}:1", {"a": 2})]
+    # the releases are single-line files: the item index and its id name an entry, not "line 1"
+    one_line = _w(tmp_path / "one.json", json.dumps({"videos": [{"a": 1}, {"a": 2, "video_id": "video9"}]}))
+    assert read_json_items(one_line, "videos", ("video_id",)) == [
+        (f"{one_line}: videos[0]", {"a": 1}),
+        (f"{one_line}: videos[1] (video_id 'video9')", {"a": 2, "video_id": "video9"})]
+    lines = _w(tmp_path / "lines.json", "[\n" + ",\n".join(json.dumps({"id": i}) for i in range(2)) + "\n]")
+    assert [w for w, _ in read_json_items(lines, id_keys=("id",))] == [f"{lines}:2: item[0] (id 0)",
+                                                                        f"{lines}:3: item[1] (id 1)"]
+    nested = _w(tmp_path / "nested.json", '{"info": {"videos": [1]},\n "videos": [\n{"a": 1}]}')
+    assert read_json_items(nested, "videos") == [(f"{nested}: videos[0]", {"a": 1})]  # no wrong line number
     broken = _w(tmp_path / "broken.json", '[\n{"a": 1},\n{"a": \n')
     with pytest.raises(ValueError, match=f"^{broken}:4: invalid JSON"):
         read_json_items(broken)
@@ -154,17 +204,16 @@ def _tgif_raw(d):
 
 def test_tgif_rows_and_vocab(tmp_path):
     _tgif_raw(tmp_path)
-    rows, vocab = tgif_qa.convert_tgif_qa("frameqa", str(tmp_path / "Train_frameqa_question.csv"),
-                                          str(tmp_path / "Test_frameqa_question.csv"), top_k=2)
-    assert rows["train"] == [
+    rows, vocab, left_out = tgif_qa.convert_tgif_qa("frameqa", str(tmp_path / "Train_frameqa_question.csv"),
+                                                    str(tmp_path / "Test_frameqa_question.csv"), top_k=2)
+    assert rows["train"] == [  # "red" is outside the 2-answer vocabulary: left out of training
         {"question": "what is on the table ?", "answer": "cat", "answer_type": "object", "gif_name": "g1"},
         {"question": "how many dogs run ?", "answer": "two", "answer_type": "number", "gif_name": "g2"},
-        {"question": "what color is the ball ?", "answer": "red", "answer_type": "color", "gif_name": "g2"},
         {"question": "where is the cat ?", "answer": "cat", "answer_type": "location", "gif_name": "g3"}]
-    assert rows["val"] == rows["test"] == [
+    assert rows["val"] == rows["test"] == [  # kept: counts as wrong
         {"question": "what is it ?", "answer": "dog", "answer_type": "object", "gif_name": "g9"}]
-    assert vocab == {"cat": 0, "two": 1}
-    rows, vocab = tgif_qa.convert_tgif_qa("action", str(tmp_path / "Train_action_question.csv"),
+    assert vocab == {"cat": 0, "two": 1} and left_out == 1
+    rows, vocab, _ = tgif_qa.convert_tgif_qa("action", str(tmp_path / "Train_action_question.csv"),
                                           str(tmp_path / "Test_action_question.csv"))
     assert vocab is None and rows["train"] == [{"question": "What does the man do 3 times ?",
                                                 "options": ["nod", "wave", "jump", "sit", "run"],
@@ -173,7 +222,7 @@ def test_tgif_rows_and_vocab(tmp_path):
 
 def test_tgif_val_split_keeps_gifs_whole(tmp_path):
     _tgif_raw(tmp_path)
-    rows, _ = tgif_qa.convert_tgif_qa("frameqa", str(tmp_path / "Train_frameqa_question.csv"),
+    rows, _, _ = tgif_qa.convert_tgif_qa("frameqa", str(tmp_path / "Train_frameqa_question.csv"),
                                       str(tmp_path / "Test_frameqa_question.csv"), val_ratio=0.34, seed=1)
     assert [r["gif_name"] for r in rows["val"]] == ["g1"]  # 0.34 of 3 GIFs, seeded
     assert [r["gif_name"] for r in rows["train"]] == ["g2", "g2", "g3"]
@@ -210,16 +259,19 @@ def test_cli_writes_files_and_reports_errors(tmp_path, capsys):
                  "--tasks", "frameqa", "action"]) == 0
     printed = capsys.readouterr().out
     assert f"{out}/frameqa_train.jsonl: 4 rows" in printed
-    assert f"{out}/frameqa_trainval_ans2label.json: 3 answers (of 3 distinct training answers)" in printed
+    assert (f"{out}/frameqa_trainval_ans2label.json: 3 answers (of 3 distinct training answers); 0 training "
+            "rows with other answers left out of frameqa_train.jsonl") in printed
     assert json.loads((out / "frameqa_trainval_ans2label.json").read_text()) == {"cat": 0, "two": 1, "red": 2}
     assert (out / "frameqa_train.jsonl").read_text(encoding="utf-8").splitlines()[0] == (
         '{"question":"what is on the table ?","answer":"cat","answer_type":"object","gif_name":"g1"}')
     _tsv(tmp_path / "raw" / "Test_action_question.csv", ACTION_HEAD,
          [["g1", "q ?", "a", "b", "c", "d", "e", "9", "ACTION1", "5"]])
-    assert main(["tgif_qa", "--raw_dir", str(tmp_path / "raw"), "--output_dir", str(out),
-                 "--tasks", "action"]) == 1
+    fresh = tmp_path / "fresh"
+    assert main(["tgif_qa", "--raw_dir", str(tmp_path / "raw"), "--output_dir", str(fresh),
+                 "--tasks", "frameqa", "action"]) == 1
     assert capsys.readouterr().err == (f"error: {tmp_path / 'raw' / 'Test_action_question.csv'}:2: "
                                        "answer must be in 0..4, got 9\n")
+    assert not fresh.exists() or not list(fresh.iterdir())  # all files or none: frameqa's not written
 
 
 def _store(path, keys):

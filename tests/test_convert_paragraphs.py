@@ -1,6 +1,8 @@
-"""DiDeMo and ActivityNet Captions -> paragraph retrieval rows (one per video, sentences in temporal
-order), from tiny files in the public raw formats; bad entries name the file and entry."""
+"""DiDeMo and ActivityNet Captions -> paragraph retrieval rows (one per video, the raw sentences in file
+order joined by spaces, as CLIP4Clip's public recipe), from tiny files in the public raw formats; bad
+entries name the file, the item and its id."""
 import json
+import re
 
 import pytest
 
@@ -23,19 +25,23 @@ DIDEMO = [
 ]
 
 
-def test_didemo_paragraphs_in_temporal_order(tmp_path):
+def test_didemo_paragraphs_in_file_order(tmp_path):
     rows = convert_didemo(_write(tmp_path / "train_data.json", DIDEMO))
-    assert rows == [
-        # starts 0 (id 2), 2 (id 1: earliest annotator start), 2 (id 4: later in the file)
-        {"caption": "A man enters the room. the dog jumps. the dog sits.", "clip_name": "1234@N00_55_abc"},
+    assert rows == [  # file order, no full stop added, inner spacing as written (the tokenizer ignores it)
+        {"caption": "the dog jumps A man  enters the room. the dog sits", "clip_name": "1234@N00_55_abc"},
         {"caption": "café lights turn on!", "clip_name": "9_zz"},
     ]
+    one_line = tmp_path / "val_data.json"
+    one_line.write_text(json.dumps(DIDEMO + [{"annotation_id": 7, "video": "x.mp4", "description": 3}]))
+    msg = re.escape(f"{one_line}: item[4] (annotation_id 7): field 'description'")
+    with pytest.raises(ValueError, match=f"^{msg}"):
+        convert_didemo(one_line)  # the release is one line: the item and its id say where
 
 
 @pytest.mark.parametrize("bad, message", [
     ({"annotation_id": 9, "video": "x.mp4", "times": [[0, 0]]}, "missing field(s) ['description']"),
     ({"annotation_id": 9, "video": "x.mp4", "description": " ", "times": [[0, 0]]}, "non-empty string"),
-    ({"annotation_id": 9, "video": "x.mp4", "description": "a", "times": []}, "'times' must be"),
+    ({"annotation_id": 9, "description": "a", "times": [[0, 0]]}, "missing field(s) ['video']"),
     ({"annotation_id": 1, "video": "x.mp4", "description": "a", "times": [[0, 0]]},
      "duplicate annotation_id 1"),
 ])
@@ -59,17 +65,24 @@ def test_anet_paragraphs_and_cli(tmp_path, capsys):
     _write(raw / "train.json", ANET)
     _write(raw / "val_1.json", {"v_CCC": ANET["v_BBB"]})
     assert convert_anet(raw / "train.json") == [
-        {"caption": "A man stands on a board. Then he dives in.", "clip_name": "v_AAA"},
+        {"caption": "Then he dives in A man stands on a board.", "clip_name": "v_AAA"},
         {"caption": "Kids play ball .", "clip_name": "v_BBB"}]
     out = tmp_path / "out"
     assert main(["anet_ret", "--raw_dir", str(raw), "--output_dir", str(out)]) == 0
     assert [json.loads(x)["clip_name"] for x in open(out / "train.jsonl")] == ["v_AAA", "v_BBB"]
-    assert (out / "val.jsonl").read_text() == (out / "test.jsonl").read_text()  # both val_1, as ClipBERT
-    bad = dict(ANET, v_DDD={"timestamps": [[0, 1]], "sentences": ["a", "b"]})
-    _write(raw / "train.json", bad)
-    assert main(["anet_ret", "--raw_dir", str(raw), "--output_dir", str(out)]) == 1
+    # ClipBERT's ANet config validates on dev.jsonl (val_1); test.jsonl only from --test_file
+    assert sorted(p.name for p in out.iterdir()) == ["dev.jsonl", "train.jsonl"]
+    _write(raw / "val_2.json", {"v_EEE": ANET["v_BBB"]})
+    assert main(["anet_ret", "--raw_dir", str(raw), "--test_file", "val_2.json",
+                 "--output_dir", str(out)]) == 0
+    assert [json.loads(x)["clip_name"] for x in open(out / "test.jsonl")] == ["v_EEE"]
+    _write(raw / "val_1.json", {"v_DDD": {"timestamps": [[0, 1]], "sentences": "a b"}})
+    fresh = tmp_path / "fresh"
+    assert main(["anet_ret", "--raw_dir", str(raw), "--output_dir", str(fresh)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "video 'v_DDD'" in err and "as many 'timestamps'" in err
+    assert err.startswith("error: ") and "video 'v_DDD'" in err
+    assert "'sentences' must be a non-empty list" in err
+    assert not fresh.exists()  # train.json was fine, but nothing is written when val_1.json fails
 
 
 def test_paragraph_rows_load_as_retrieval_data(tmp_path):
@@ -77,4 +90,4 @@ def test_paragraph_rows_load_as_retrieval_data(tmp_path):
     from src.datasets.dataset_retrieval import mk_retrieval_examples
     rows = convert_didemo(_write(tmp_path / "test_data.json", DIDEMO))
     ex = mk_retrieval_examples(rows)
-    assert [e["vid_id"] for e in ex] == ["1234@N00_55_abc", "9_zz"] and ex[0]["txt"].startswith("A man")
+    assert [e["vid_id"] for e in ex] == ["1234@N00_55_abc", "9_zz"] and ex[0]["txt"].startswith("the dog")

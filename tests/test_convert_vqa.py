@@ -58,48 +58,56 @@ def _raw(tmp_path):
 
 
 def test_convert_rows_vocab_and_image_keys(tmp_path):
-    rows, ans2label = vqa.convert_vqa(_raw(tmp_path), min_count=1)
-    assert sorted(rows) == ["test_dev", "train", "val"]
-    first = rows["train"][0]
+    rows, ans2label = vqa.convert_vqa_k(_raw(tmp_path), min_count=1)
+    assert sorted(rows) == ["vqa_k_test", "vqa_k_trainval", "vqa_test_dev"]
+    first = rows["vqa_k_trainval"][0]
     assert first == {"question": "What color is it?", "question_id": 90,
                      "image_id": "COCO_train2014_000000000009", "answers": ["red"] * 8 + ["dark red"] * 2,
                      "answer_type": "other", "question_type": "what color"}
-    assert rows["train"][1]["answers"] == ["2"] * 7 + ["3"] * 3  # "two" and "2" are one answer
-    assert rows["test_dev"] == [{"question": "Why?", "question_id": 70,
+    assert rows["vqa_k_trainval"][1]["answers"] == ["2"] * 7 + ["3"] * 3  # "two" and "2" are one answer
+    assert rows["vqa_test_dev"] == [{"question": "Why?", "question_id": 70,
                                  "image_id": "COCO_test2015_000000000007"}]  # test-dev uses test2015 images
-    assert ans2label == {"red": 0, "2": 1}  # training multiple-choice answers, most frequent first
+    assert ans2label == {"red": 0, "2": 1}  # trainval multiple-choice answers, most frequent first
     # the dataset's soft scores from the normalised answers: min(#humans / 3, 1)
-    ex = mk_vqa_examples(rows["train"][:2])
+    ex = mk_vqa_examples(rows["vqa_k_trainval"][:2])
     assert ex[0]["labels"] == {"red": 1.0, "dark red": 2 / 3} and ex[1]["labels"] == {"2": 1.0, "3": 1.0}
-    rows, ans2label = vqa.convert_vqa(_raw(tmp_path), vocab_splits=("train", "val"), min_count=2, style="id")
-    assert ans2label == {"red": 0} and rows["val"][0]["image_id"] == "42"
+    # Karpathy test = {42}: its val2014 question is the test file and its answer is not counted
+    rows, ans2label = vqa.convert_vqa_k(_raw(tmp_path), min_count=1, style="id", karpathy_test={42})
+    assert rows["vqa_k_test"][0]["image_id"] == "42" and "yes" not in ans2label
+    with pytest.raises(ValueError, match="no val2014 question is on a Karpathy-test image"):
+        vqa.convert_vqa_k(_raw(tmp_path), min_count=1, karpathy_test={5})
 
 
-def test_cli_writes_files(tmp_path):
+def test_cli_writes_clipberts_files(tmp_path):
+    """ClipBERT's VQA config reads vqa_k_trainval.jsonl, vqa_k_test.jsonl, trainval_ans2label.json:
+    without a Karpathy split file val2014 is the held-out test, train2014 the training file."""
     out, logged = tmp_path / "out", []
     assert main(["vqa", "--raw_dir", _raw(tmp_path), "--output_dir", str(out), "--min_count", "1"],
                 log=logged.append) == 0
-    assert sorted(os.listdir(out)) == ["test_dev.jsonl", "train.jsonl", "train_ans2label.json", "val.jsonl"]
-    assert len(load_jsonl(str(out / "train.jsonl"))) == 3
-    assert json.load(open(out / "train_ans2label.json")) == {"red": 0, "2": 1}
-    assert any("train_ans2label.json: 2 answers" in line for line in logged)
+    assert sorted(os.listdir(out)) == ["trainval_ans2label.json", "vqa_k_test.jsonl", "vqa_k_trainval.jsonl",
+                                       "vqa_test_dev.jsonl"]
+    assert len(load_jsonl(str(out / "vqa_k_trainval.jsonl"))) == 3
+    assert [r["question_id"] for r in load_jsonl(str(out / "vqa_k_test.jsonl"))] == [420]
+    assert json.load(open(out / "trainval_ans2label.json")) == {"red": 0, "2": 1}
+    assert any("trainval_ans2label.json: 2 answers" in line for line in logged)
 
 
 def test_errors_name_the_file_and_the_fix(tmp_path, capsys):
     raw = _raw(tmp_path)
-    with pytest.raises(ValueError, match="no answer occurs 9 times in train; lower --min_count"):
-        vqa.convert_vqa(raw)
+    with pytest.raises(ValueError, match="no answer occurs 9 times in vqa_k_trainval; lower --min_count"):
+        vqa.convert_vqa_k(raw)
     _write_split(raw, "val2014", [{"image_id": 42, "question": "Is it a cat?", "question_id": 420},
                                   {"image_id": 42, "question": "Is it a dog?", "question_id": 421}],
                  [_ann(420, 42, ["yes"] * 10, "yes", "yes/no")])
     with pytest.raises(ValueError, match=r"v2_mscoco_val2014_annotations.json: no annotation for 1 "
                                          r"question\(s\).*question_id 421"):
-        vqa.convert_vqa(raw, min_count=1)
+        vqa.convert_vqa_k(raw, min_count=1)
     _write_split(raw, "val2014", [{"image_id": -1, "question": "Is it a cat?", "question_id": 420}])
     assert main(["vqa", "--raw_dir", raw, "--output_dir", str(tmp_path / "o"), "--min_count", "1"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "v2_OpenEnded_mscoco_val2014_questions.json:" in err
     assert "image_id must be a non-negative integer, got -1" in err and "\n" not in err
     os.remove(os.path.join(raw, vqa.ANNOTATIONS.format("val2014")))
-    with pytest.raises(ValueError, match="needs val's questions and annotations"):
-        vqa.convert_vqa(raw, vocab_splits=("train", "val"), min_count=1)
+    with pytest.raises(ValueError, match="v2_mscoco_val2014_annotations.json: file not found "
+                                         r"\(vqa_k_trainval/vqa_k_test need the train2014 and val2014"):
+        vqa.convert_vqa_k(raw, min_count=1)

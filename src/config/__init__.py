@@ -28,7 +28,8 @@ Adding task options: ``register_task(name, [Option(...), ...], post_parse=fn, pa
 Modules: ``schema`` (Config, Option, ConfigError, value checks), ``tasks`` (the task registry),
 ``options`` (ClipBERT's options and post-parse rules; registers the tasks), ``options_vqa`` (task
 ``vqa``), ``parse`` (argparse,
-JSON, ``$CLIPBERT_OVERRIDES``), ``stored`` (model keys taken from a trained run at inference),
+JSON, ``$CLIPBERT_OVERRIDES``), ``path_roots`` (``--path_prefix``: ClipBERT's /txt, /img, /pretrain, /storage
+mapped to the user's folders), ``stored`` (model keys taken from a trained run at inference),
 ``reference`` (the README table; ``python -m src.config [--update-readme README.md]``).
 """
 from src.config.options import DECAYS, RETRIEVAL_OPTIONS, SHARED_OPTIONS, VIDEO_QA_OPTIONS

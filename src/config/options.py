@@ -113,6 +113,9 @@ SHARED_OPTIONS = [
       "state (horovodrun --min-np/--max-np: to host memory, a failed worker rolls the others back to it; "
       "torchrun --max-restarts: to ckpt/restore.pt, restarted workers resume from it); unused otherwise",
       min=1, group="product"),
+    O("path_prefix", str, None, "folder standing for ClipBERT's container mounts: /txt/x, /img/x, "
+      "/pretrain/x, /storage/x in the config and on the command line become DIR/txt/x etc. (or "
+      "txt=D1,img=D2,... root by root; default $CLIPBERT_PATH_PREFIX)", group="product"),
     O("log_interval", int, 100, "optimizer steps between log.txt progress lines", min=1, group="product"),
     O("keep_last_k", int, -1, "keep the k latest ckpt/model_step_*.pt (with keep_top_k: the union); -1 all. "
       "The best and the latest are never deleted", min=-1, group="product"),

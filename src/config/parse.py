@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Optional
 
+from src.config.path_roots import map_paths, parse_prefix, prefix_spec
 from src.config.schema import Config, ConfigError, Option, coerce, suggest
 from src.config.tasks import post_parse_chain, task_options
 
@@ -86,17 +87,20 @@ def parse_args(task: str, argv: Optional[Sequence[str]] = None) -> Config:
     values = {n: o.default for n, o in opts.items()}
     given = set()
     notices = []
-    if cfg_path:
-        src = os.path.basename(cfg_path)
-        for k, v in _load_json(cfg_path).items():
-            if k not in opts:
-                if k == "config":
-                    continue
-                raise ConfigError(f"unknown option {k!r} in {cfg_path}{suggest(k, opts)}")
-            values[k] = coerce(opts[k], v, src)
-            given.add(k)
+    json_values = _load_json(cfg_path) if cfg_path else {}
+    spec = prefix_spec(cli, json_values)
+    roots = parse_prefix(spec)  # /txt, /img, /pretrain, /storage -> the user's folders
+    if spec and "path_prefix" in opts:
+        values["path_prefix"] = spec
+    for k, v in json_values.items():
+        if k not in opts:
+            if k == "config":
+                continue
+            raise ConfigError(f"unknown option {k!r} in {cfg_path}{suggest(k, opts)}")
+        values[k] = coerce(opts[k], map_paths(v, roots, k), os.path.basename(cfg_path))
+        given.add(k)
     for k, v in cli.items():
-        values[k] = coerce(opts[k], v, "command line", from_cli=True)
+        values[k] = coerce(opts[k], map_paths(v, roots, k), "command line", from_cli=True)
         given.add(k)
     for k in sorted(given):
         if opts[k].unused:

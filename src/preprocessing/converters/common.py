@@ -1,7 +1,8 @@
-"""Reading raw annotation files with `file:line` errors, and writing this project's jsonl files.
+"""Reading raw annotation files with precise error locations, and writing a converter's files all or none.
 
-Every reader returns (where, row) pairs, `where` being "path:line", so a converter can name the exact
-line of a bad row in a one-line ValueError (the CLI prints it as `error: ...` and exits 1).
+Every reader returns (where, row) pairs, `where` being "path:line" for tables and "path: key[i] (id
+...)" for JSON items (the releases' JSON files are single lines), so a converter names the exact row
+of a bad entry in a one-line ValueError (the CLI prints it as `error: ...` and exits 1).
 """
 import csv
 import json
@@ -21,12 +22,13 @@ def _open(path):
 def read_table(path, required, delimiter):
     """Rows of a delimited file with a header line, as (path:line, {column: value}).
 
-    Tab-separated files (TGIF-QA, MSR_MC_test.csv) are read without quote handling, since their
-    questions contain bare double quotes; comma-separated ones (the MSRVTT split lists) with it.
+    Read as the releases' own code reads them (``pandas.read_csv``, default quoting): a field that
+    starts with a double quote is quoted, a doubled quote in it is one quote character, a quote inside an
+    unquoted field is kept as text; CRLF line ends are accepted. Columns are selected by header name.
     """
-    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     with _open(path) as f:
-        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
+        reader = csv.reader(f, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL, doublequote=True,
+                            strict=False)
         header = next(reader, None)
         if header is None:
             raise ValueError(f"{path}:1: empty file; expected a header line")
@@ -52,23 +54,35 @@ def _skip_ws(text, pos):
     return pos
 
 
-def _array_items(text, pos, path):
-    """(line, item) for each element of the JSON array starting at text[pos] == '['."""
+def _array_lines(text, pos):
+    """(line, element) for each element of the JSON array starting at text[pos] == '['."""
     dec, out, line, last = json.JSONDecoder(), [], 1, 0
     pos = _skip_ws(text, pos + 1)
     while pos < len(text) and text[pos] != "]":
         line += text.count("\n", last, pos)
         last = pos
         item, end = dec.raw_decode(text, pos)
-        out.append((f"{path}:{line}", item))
+        out.append((line, item))
         pos = _skip_ws(text, end)
         if pos < len(text) and text[pos] == ",":
             pos = _skip_ws(text, pos + 1)
     return out
 
 
-def read_json_items(path, key=None):
-    """Items of a JSON array (the whole file, or the top-level object's `key`), each with path:line."""
+def _item_where(path, line, label, i, item, id_keys):
+    """``path:line: label[i] (id_key 'x')``; no line for single-line files (every item is on line 1)."""
+    where = f"{path}:{line}: {label}[{i}]" if line else f"{path}: {label}[{i}]"
+    if isinstance(item, dict):
+        for k in id_keys:
+            if item.get(k) is not None:
+                return f"{where} ({k} {item[k]!r})"
+    return where
+
+
+def read_json_items(path, key=None, id_keys=()):
+    """Items of a JSON array (the whole file, or the top-level object's ``key``), each with where it
+    is: ``path:line: key[i] (id ...)``; the public releases are single-line files, so the item index
+    and its first present ``id_keys`` field name it there."""
     with _open(path) as f:
         text = f.read()
     try:
@@ -80,16 +94,22 @@ def read_json_items(path, key=None):
     if not isinstance(arr, list):
         want = "a JSON list" if key is None else f"an object with a {key!r} list"
         raise ValueError(f"{path}:1: expected {want}, got {type(data).__name__}")
-    if key is None:
-        start = _skip_ws(text, 0)
-    else:  # the key's array: check it is the one found, else fall back to item indices
-        m = re.search('"' + re.escape(key) + r'"\s*:\s*\[', text)
-        start = m.end() - 1 if m else None
-    if start is not None:
-        items = _array_items(text, start, path)
-        if [it for _, it in items] == arr:
-            return items
-    return [(f"{path}:{key}[{i}]", it) for i, it in enumerate(arr)]
+    lines = [None] * len(arr)
+    if "\n" in text.strip():
+        if key is None:
+            start = _skip_ws(text, 0)
+        else:  # the first '"key": [' in the text: used only when it holds exactly the items found
+            m = re.search('"' + re.escape(key) + r'"\s*:\s*\[', text)
+            start = m.end() - 1 if m else None
+        if start is not None:
+            try:
+                found = _array_lines(text, start)
+            except ValueError:
+                found = []
+            if [it for _, it in found] == arr:
+                lines = [line for line, _ in found]
+    label = key or "item"
+    return [(_item_where(path, ln, label, i, it, id_keys), it) for i, (ln, it) in enumerate(zip(lines, arr))]
 
 
 def need(row, where, fields):
@@ -137,17 +157,47 @@ def answer_vocab(answers, top_k):
     return {a: i for i, (a, _) in enumerate(Counter(answers).most_common(top_k))}
 
 
+def in_vocab(rows, ans2label):
+    """(rows whose ``answer`` is in ``ans2label``, how many were left out)."""
+    kept = [r for r in rows if r["answer"] in ans2label]
+    return kept, len(rows) - len(kept)
+
+
+def _jsonl_text(rows):
+    return "".join(ujson.dumps(r, ensure_ascii=False, escape_forward_slashes=False) + "\n" for r in rows)
+
+
+def _json_text(obj):
+    return json.dumps(obj, ensure_ascii=False, indent=0) + "\n"
+
+
 def write_jsonl(path, rows):
     """UTF-8 jsonl, non-ASCII kept as is (ujson, like the loader). Returns the row count."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(ujson.dumps(r, ensure_ascii=False, escape_forward_slashes=False) + "\n")
+    write_all({path: rows})
     return len(rows)
 
 
 def write_json(path, obj):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, indent=0)
-        f.write("\n")
+    write_all({path: obj})
+
+
+def write_all(outputs):
+    """Write every ``{path: rows (list -> jsonl) | object (-> json)}`` or none: each file goes to a
+    temporary name first and all are renamed only once all are written, so a failing converter never
+    leaves some of its outputs behind (or a half-written file)."""
+    temps = []
+    try:
+        for path, payload in outputs.items():
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            tmp = f"{path}.tmp{os.getpid()}"
+            temps.append((tmp, path))
+            text = _jsonl_text(payload) if isinstance(payload, list) else _json_text(payload)
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+    except BaseException:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+    for tmp, path in temps:
+        os.replace(tmp, path)

@@ -1,14 +1,15 @@
 """MSRVTT retrieval (train/val/test jsonl) and MSRVTT multiple choice (MSR_MC_test.csv) converters.
 
 Raw inputs:
-  - MSRVTT's video-data json (`train_val_videodata.json`, `test_videodata.json`, or CLIP4Clip's merged
+  - MSRVTT's video-data json (`train_val_videodatainfo.json`, `test_videodatainfo.json`, or CLIP4Clip's merged
     `MSRVTT_data.json`): {"videos": [{video_id, split, ...}], "sentences": [{video_id, caption, sen_id}]}.
   - a train list: a CSV with a `video_id` column (JSFusion/CLIP4Clip's `MSRVTT_train.7k.csv` or
     `MSRVTT_train.9k.csv`); without one, the official train+validate videos (7,010: the "7k" split
     ClipBERT trained on).
   - the 1k-A test split (JSFusion's `MSRVTT_JSFUSION_test.csv`: key, vid_key, video_id, sentence):
     1,000 videos with one caption each.
-  - `MSR_MC_test.csv` (tab-separated: key, vid_key, video_id, a1..a5, answer with answer 0-based).
+  - `MSR_MC_test.csv` (JSFusion's; tab-separated: key, vid_key (msrNNNN), a1..a5, answer 0-based;
+    a `video_id` column is accepted instead of vid_key).
 
 Output rows are what the retrieval and MC datasets read: {caption, clip_name} and
 {qid, clip_name, options[5], answer}; clip_name is MSRVTT's video id ("video7020"), the file stem
@@ -34,7 +35,7 @@ def load_videodata(paths):
     """{video_id: split} and [(where, video_id, caption)] over the MSRVTT video-data json files."""
     splits, caps, vid_where, sen_ids = {}, [], [], []
     for path in paths:
-        for where, v in read_json_items(path, "videos"):
+        for where, v in read_json_items(path, "videos", ("video_id", "id")):
             need(v, where, ("video_id",))
             vid = text_of(v, "video_id", where)
             if vid in splits and splits[vid] != v.get("split"):
@@ -42,7 +43,7 @@ def load_videodata(paths):
                                  f"(was {splits[vid]!r})")
             splits[vid] = v.get("split")
             vid_where.append((where, vid))
-        for where, s in read_json_items(path, "sentences"):
+        for where, s in read_json_items(path, "sentences", ("sen_id", "video_id")):
             need(s, where, ("video_id", "caption"))
             vid = text_of(s, "video_id", where)
             if vid not in splits:
@@ -99,12 +100,30 @@ def convert_retrieval(videodata, test_csv, train_list=None, n_val_videos=0, seed
     return rows
 
 
+def _mc_video(r, where):
+    """The LMDB key of an MC row: ``video_id`` as is, else JSFusion's ``vid_key`` ``msrNNNN`` ->
+    ``videoNNNN``."""
+    if (r.get("video_id") or "").strip():
+        return text_of(r, "video_id", where)
+    vid_key = text_of(r, "vid_key", where)
+    if not (vid_key.startswith("msr") and vid_key[3:].isdigit()):
+        raise ValueError(f"{where}: vid_key must be 'msr' + the MSRVTT video number (msr7020), "
+                         f"got {vid_key!r}")
+    return "video" + vid_key[3:]
+
+
 def convert_mc(mc_csv):
-    """MSR_MC_test.csv -> [{qid, clip_name, options, answer}]; qid is the row index (0-based)."""
-    cols = ("video_id", "a1", "a2", "a3", "a4", "a5", "answer")
+    """MSR_MC_test.csv -> [{qid, clip_name, options, answer}]; qid is the row index (0-based).
+
+    The file is tab-separated with a header; columns are taken by name: ``a1``..``a5``, ``answer``
+    (0-based) and the video as ``vid_key`` (JSFusion's ``msrNNNN``) or ``video_id`` (``videoNNNN``)."""
+    table = read_table(mc_csv, tuple(f"a{i}" for i in range(1, 6)) + ("answer",), "\t")
+    if table and not ({"vid_key", "video_id"} & set(table[0][1])):
+        raise ValueError(f"{mc_csv}:1: header lacks a video column: expected 'vid_key' (msrNNNN) or "
+                         f"'video_id' (videoNNNN); found {list(table[0][1])}")
     out = []
-    for where, r in read_table(mc_csv, cols, "\t"):
-        out.append({"qid": len(out), "clip_name": text_of(r, "video_id", where),
+    for where, r in table:
+        out.append({"qid": len(out), "clip_name": _mc_video(r, where),
                     "options": [text_of(r, f"a{i}", where) for i in range(1, 6)],
                     "answer": int_of(r["answer"], where, "answer", 0, 4)})
     if not out:

@@ -4,10 +4,18 @@ Raw entries: {"id", "video_id" (int, or "videoN"), "question", "answer", "catego
 are what the video-QA dataset reads: {question, answer, answer_type, video_id}, video_id the LMDB
 key "video{N}" (MSRVTT's file stem). answer_type is the question word (what/who/how/where/when, the
 types ClipBERT reports; "other" otherwise). ClipBERT's answer vocabulary: the 1,500 most frequent
-*training* answers (`train_ans2label.json`, num_labels = max(len, 1500)); val/test answers outside
-it stay in the rows and count as wrong.
+*training* answers (`train_ans2label.json`, num_labels = max(len, 1500)). Training rows with an
+answer outside it are left out of train.jsonl (ClipBERT's loader raised KeyError on them) and counted;
+val/test rows with such answers stay and count as wrong.
 """
-from src.preprocessing.converters.common import answer_vocab, check_unique, need, read_json_items, text_of
+from src.preprocessing.converters.common import (
+    answer_vocab,
+    check_unique,
+    in_vocab,
+    need,
+    read_json_items,
+    text_of,
+)
 
 ANSWER_TYPES = ("what", "who", "how", "where", "when")
 DEFAULT_TOP_K = 1500
@@ -33,7 +41,7 @@ def answer_type(question):
 def convert_split(path):
     """Rows of one MSRVTT-QA json file, in file order; duplicate `id`s fail with both lines."""
     rows, ids = [], []
-    for where, e in read_json_items(path):
+    for where, e in read_json_items(path, id_keys=("id", "video_id")):
         need(e, where, ("question", "answer", "video_id"))
         q = text_of(e, "question", where)
         answer = e["answer"]
@@ -50,8 +58,12 @@ def convert_split(path):
 
 
 def convert_msrvtt_qa(paths, top_k=DEFAULT_TOP_K):
-    """paths: {split: json path} (train required). Returns ({split: rows}, ans2label)."""
+    """paths: {split: json path} (train required). Returns ({split: rows}, ans2label, n_left_out):
+    training rows whose answer is outside the vocabulary are left out (ClipBERT's loader cannot map
+    them to a label), val/test rows are all kept (such answers count as wrong there)."""
     if "train" not in paths:
         raise ValueError("MSRVTT-QA needs train_qa.json (the answer vocabulary comes from it)")
     out = {split: convert_split(p) for split, p in paths.items()}
-    return out, answer_vocab([r["answer"] for r in out["train"]], top_k)
+    ans2label = answer_vocab([r["answer"] for r in out["train"]], top_k)
+    out["train"], n_left_out = in_vocab(out["train"], ans2label)
+    return out, ans2label, n_left_out

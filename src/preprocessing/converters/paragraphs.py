@@ -1,16 +1,21 @@
 """Paragraph-to-video retrieval converters: DiDeMo and ActivityNet Captions -> {split}.jsonl.
 
-As in ClipBERT (and CLIP4Clip, Frozen), a video's query is *all* its sentences joined in temporal
-order into one paragraph: one row ``{"caption": paragraph, "clip_name": key}`` per video, read by the
-ordinary retrieval dataset (configs/didemo_ret_base_resnet50.json, anet_ret_base_resnet50.json give
-the longer ``max_txt_len`` and more clips).
+As in ClipBERT (and CLIP4Clip, Frozen), a video's query is *all* its sentences joined into one
+paragraph: one row ``{"caption": paragraph, "clip_name": key}`` per video, read by the ordinary
+retrieval dataset (configs/didemo_ret_base_resnet50.json, anet_ret_base_resnet50.json give the longer
+``max_txt_len`` and more clips).
+
+Joining follows the public recipe (CLIP4Clip's loaders; ClipBERT's own text files were never
+released): the raw sentences in file order, separated by one space, nothing added. File order rather
+than a re-sort by time, because it is what the published numbers of that recipe were computed on (so
+results compare with them); DiDeMo's moments of a video are separate annotations whose annotators
+often disagree on the times, so a re-sort would not give one agreed order either.
 
 * DiDeMo (``{train,val,test}_data.json``): a JSON list of moments ``{"video": file name,
-  "description", "times": [[start, end] segment indices, ...] (one per annotator)}``. Sentences of
-  a video are ordered by their earliest start segment (ties: file order). Key: the file stem.
+  "description", "times", "annotation_id"}``. Key: the video's file stem.
 * ActivityNet Captions (``train.json``, ``val_1.json``, ``val_2.json``): ``{video_id: {"duration",
-  "timestamps": [[start, end], ...], "sentences": [...]}}``, sentences ordered by start time. Key: the
-  video id (``v_...``, the stem of ActivityNet's files). ClipBERT evaluated on ``val_1``.
+  "timestamps", "sentences"}}``. Key: the video id (``v_...``, the stem of ActivityNet's files).
+  ClipBERT evaluated on ``val_1``.
 """
 import json
 import os
@@ -18,36 +23,26 @@ import os
 from src.preprocessing.converters.common import check_unique, need, read_json_items, text_of
 
 
-def _sentence(text):
-    """A sentence ending in one full stop, so that joined sentences read as a paragraph."""
-    text = " ".join(text.split())
-    return text if text.endswith((".", "!", "?")) else text + "."
-
-
-def _earliest_start(times, where):
-    if not isinstance(times, list) or not times:
-        raise ValueError(f"{where}: field 'times' must be a non-empty list of [start, end], got {times!r}")
-    try:
-        return min(float(t[0]) for t in times)
-    except (TypeError, ValueError, IndexError):
-        raise ValueError(f"{where}: field 'times' must be a list of [start, end] numbers, got {times!r}") \
-            from None
+def _paragraph(sentences):
+    """The sentences as written, joined by single spaces (nothing added: no full stops, no reordering).
+    Only the ends of each sentence are stripped (ANet's have stray spaces); the tokenizer ignores
+    whitespace, so the tokens are those of the raw text."""
+    return " ".join(s.strip() for s in sentences)
 
 
 def convert_didemo(path):
-    """One paragraph row per video of a DiDeMo json file, videos in order of first appearance."""
+    """One paragraph row per video of a DiDeMo json file, videos and sentences in file order."""
     moments, ids = {}, []
-    for i, (where, m) in enumerate(read_json_items(path)):
-        need(m, where, ("video", "description", "times"))
+    for where, m in read_json_items(path, id_keys=("annotation_id", "video")):
+        need(m, where, ("video", "description"))
         key = os.path.splitext(os.path.basename(text_of(m, "video", where)))[0]
-        start = _earliest_start(m["times"], where)
-        moments.setdefault(key, []).append((start, i, _sentence(text_of(m, "description", where))))
+        moments.setdefault(key, []).append(text_of(m, "description", where))
         if "annotation_id" in m:
             ids.append((where, m["annotation_id"]))
     check_unique(ids, "annotation_id")
     if not moments:
         raise ValueError(f"{path}: no moments")
-    return [{"caption": " ".join(s for _, _, s in sorted(v)), "clip_name": k} for k, v in moments.items()]
+    return [{"caption": _paragraph(v), "clip_name": k} for k, v in moments.items()]
 
 
 def _load_object(path):
@@ -64,18 +59,15 @@ def _load_object(path):
 
 
 def convert_anet(path):
-    """One paragraph row per video of an ActivityNet Captions json file, in file order."""
+    """One paragraph row per video of an ActivityNet Captions json file, videos and sentences in file
+    order."""
     rows = []
     for vid, v in _load_object(path).items():
         where = f"{path}: video {vid!r}"
-        need(v, where, ("timestamps", "sentences"))
-        stamps, sents = v["timestamps"], v["sentences"]
-        ok = isinstance(sents, list) and sents and isinstance(stamps, list) and len(stamps) == len(sents)
-        if not ok:
-            raise ValueError(f"{where}: needs as many 'timestamps' as 'sentences' (non-empty lists), got "
-                             f"{len(stamps) if isinstance(stamps, list) else stamps!r} and "
-                             f"{len(sents) if isinstance(sents, list) else sents!r}")
-        order = sorted(range(len(sents)), key=lambda i: (_earliest_start([stamps[i]], where), i))
-        text = " ".join(_sentence(text_of({"s": sents[i]}, "s", f"{where} sentence {i}")) for i in order)
-        rows.append({"caption": text, "clip_name": vid})
+        need(v, where, ("sentences",))
+        sents = v["sentences"]
+        if not isinstance(sents, list) or not sents:
+            raise ValueError(f"{where}: field 'sentences' must be a non-empty list of strings, got {sents!r}")
+        rows.append({"caption": _paragraph(text_of({"s": s}, "s", f"{where} sentence {i}")
+                                           for i, s in enumerate(sents)), "clip_name": vid})
     return rows

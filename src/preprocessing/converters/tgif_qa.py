@@ -12,11 +12,19 @@ Splits: TGIF-QA has train and test only, and ClipBERT's val files are not public
 holds `val_ratio` of the training GIFs (seeded, whole GIFs, so no GIF is in both), or with 0 the test
 rows. Answer vocabulary: ClipBERT's `frameqa_trainval_ans2label.json` came from the training file
 (train+val) and its config sets num_labels = max(len, 1540); the default keeps the 1,540 most
-frequent training answers.
+frequent training answers; training rows with other answers are left out of {task}_train.jsonl
+(ClipBERT's loader raised KeyError on them) and counted.
 """
 import random
 
-from src.preprocessing.converters.common import answer_vocab, check_unique, int_of, read_table, text_of
+from src.preprocessing.converters.common import (
+    answer_vocab,
+    check_unique,
+    in_vocab,
+    int_of,
+    read_table,
+    text_of,
+)
 
 TASKS = ("frameqa", "action", "transition")
 FRAMEQA_TYPES = ("object", "number", "color", "location")
@@ -61,8 +69,13 @@ def split_val(rows, val_ratio, seed=42):
 
 
 def convert_tgif_qa(task, train_csv, test_csv, val_ratio=0.0, top_k=DEFAULT_TOP_K, seed=42):
-    """({"train", "val", "test"}: rows, ans2label or None for action/transition)."""
+    """({"train", "val", "test"}: rows, ans2label or None for action/transition, n_left_out): frameqa
+    training rows whose answer is outside the vocabulary are left out of train (counted); val/test
+    keep every row."""
     full_train, test = convert_file(task, train_csv), convert_file(task, test_csv)
     train, val = split_val(full_train, val_ratio, seed)
-    ans2label = answer_vocab([r["answer"] for r in full_train], top_k) if task == "frameqa" else None
-    return {"train": train, "val": val if val else list(test), "test": test}, ans2label
+    ans2label, n_left_out = None, 0
+    if task == "frameqa":
+        ans2label = answer_vocab([r["answer"] for r in full_train], top_k)
+        train, n_left_out = in_vocab(train, ans2label)
+    return {"train": train, "val": val if val else list(test), "test": test}, ans2label, n_left_out

@@ -1,4 +1,6 @@
-"""VQA 2.0 converter: visualqa.org's question + annotation files -> {split}.jsonl + train_ans2label.json.
+"""VQA 2.0 converter: visualqa.org's question + annotation files -> the files ClipBERT's VQA config reads,
+``vqa_k_trainval.jsonl``, ``vqa_k_test.jsonl`` and ``trainval_ans2label.json`` (+ ``vqa_test.jsonl``,
+``vqa_test_dev.jsonl`` for the evaluation server when those question files are present).
 
 Raw files (in ``--raw_dir``, their download names):
 
@@ -14,10 +16,12 @@ together); test splits have no answers. ``image_id`` is the image's LMDB key: by
 stem ``COCO_{train2014|val2014|test2015}_{id:012d}`` (``file2lmdb`` keys images by file stem; test-dev
 questions use test2015 images), or ``str(id)`` with ``--image_key id``.
 
-The answer vocabulary (``train_ans2label.json``) is the usual VQA 2.0 one: the normalised
-``multiple_choice_answer`` (the most common human answer) counted over the questions of
-``--vocab_splits`` (default train; ``train val`` with ``--min_count 9`` gives the 3,129 answers of
-ClipBERT's config), answers seen at least ``--min_count`` times, most frequent first.
+Splits ("k" for Karpathy): ``vqa_k_test`` holds the val2014 questions on the 5,000 Karpathy-test
+images (``--karpathy_split dataset_coco.json``; without it all val2014 questions), ``vqa_k_trainval``
+every other train2014 + val2014 question. The answer vocabulary is the usual VQA 2.0 one: the
+normalised ``multiple_choice_answer`` (the most common human answer) of the ``vqa_k_trainval``
+questions, answers seen at least ``--min_count`` (9) times, most frequent first (train + val with 9
+gives ClipBERT's 3,129 answers; holding the Karpathy test out may change that count).
 """
 import os
 import re
@@ -89,22 +93,24 @@ def image_key(image_id, subtype, style, where):
 
 
 def read_questions(path, subtype, style):
-    rows, ids = [], []
-    for where, q in read_json_items(path, "questions"):
+    """(rows, their integer COCO image ids)."""
+    rows, ids, image_ids = [], [], []
+    for where, q in read_json_items(path, "questions", ("question_id",)):
         need(q, where, ("image_id", "question", "question_id"))
         rows.append({"question": text_of(q, "question", where), "question_id": q["question_id"],
                      "image_id": image_key(q["image_id"], subtype, style, where)})
         ids.append((where, q["question_id"]))
+        image_ids.append(q["image_id"])
     check_unique(ids, "question_id")
     if not rows:
         raise ValueError(f"{path}: no questions")
-    return rows
+    return rows, image_ids
 
 
 def read_annotations(path):
     """{question_id: (where, annotation)} with the answers normalised."""
     out, ids = {}, []
-    for where, a in read_json_items(path, "annotations"):
+    for where, a in read_json_items(path, "annotations", ("question_id",)):
         need(a, where, ("question_id", "answers", "multiple_choice_answer", "answer_type"))
         if not isinstance(a["answers"], list) or not a["answers"]:
             raise ValueError(f"{where}: 'answers' must be a non-empty list of {{answer: ...}} objects")
@@ -123,12 +129,13 @@ def read_annotations(path):
 
 
 def convert_split(raw_dir, subtype, style):
-    """Rows of one split; annotated splits must annotate exactly their questions."""
+    """(rows, normalised most common answers, integer image ids) of one split; annotated splits must
+    annotate exactly their questions."""
     q_path = os.path.join(raw_dir, QUESTIONS.format(subtype))
-    rows = read_questions(q_path, subtype, style)
+    rows, image_ids = read_questions(q_path, subtype, style)
     a_path = os.path.join(raw_dir, ANNOTATIONS.format(subtype))
     if not os.path.isfile(a_path):
-        return rows, []
+        return rows, [], image_ids
     ann = read_annotations(a_path)
     missing = [r["question_id"] for r in rows if r["question_id"] not in ann]
     if missing:
@@ -143,25 +150,41 @@ def convert_split(raw_dir, subtype, style):
         a = ann[r["question_id"]][1]
         r.update(answers=a["answers"], answer_type=a["answer_type"], question_type=a["question_type"])
         mcs.append(a["mc"])
-    return rows, mcs
+    return rows, mcs, image_ids
 
 
-def convert_vqa(raw_dir, vocab_splits=("train",), min_count=DEFAULT_MIN_COUNT, style="coco"):
-    """Returns ({split: rows} for the splits whose questions file exists, ans2label)."""
-    if min_count < 1:
-        raise ValueError(f"--min_count must be >= 1, got {min_count}")
-    present = {s: sub for s, sub in SPLITS.items()
-               if os.path.isfile(os.path.join(raw_dir, QUESTIONS.format(sub)))}
-    for s in vocab_splits:
-        if s not in present or not os.path.isfile(os.path.join(raw_dir, ANNOTATIONS.format(SPLITS[s]))):
-            raise ValueError(f"{raw_dir}: the answer vocabulary needs {s}'s questions and annotations "
-                             f"({QUESTIONS.format(SPLITS[s])}, {ANNOTATIONS.format(SPLITS[s])})")
-    rows, counts = {}, Counter()
-    for split, sub in present.items():
-        rows[split], mcs = convert_split(raw_dir, sub, style)
-        if split in vocab_splits:
-            counts.update(mcs)
+def _vocab(counts, min_count, what):
     answers = sorted((a for a, n in counts.items() if n >= min_count), key=lambda a: (-counts[a], a))
     if not answers:
-        raise ValueError(f"no answer occurs {min_count} times in {'+'.join(vocab_splits)}; lower --min_count")
-    return rows, {a: i for i, a in enumerate(answers)}
+        raise ValueError(f"no answer occurs {min_count} times in {what}; lower --min_count")
+    return {a: i for i, a in enumerate(answers)}
+
+
+def convert_vqa_k(raw_dir, min_count=DEFAULT_MIN_COUNT, style="coco", karpathy_test=None):
+    """ClipBERT's VQA files: ({"vqa_k_trainval", "vqa_k_test"[, "vqa_test", "vqa_test_dev"]: rows},
+    trainval ans2label). ``vqa_k_test`` holds the val2014 questions on the Karpathy-test images
+    (``karpathy_test``: their integer COCO ids), or all val2014 questions when it is None;
+    ``vqa_k_trainval`` every other train2014/val2014 question. The vocabulary counts trainval only."""
+    if min_count < 1:
+        raise ValueError(f"--min_count must be >= 1, got {min_count}")
+    for split in ("train", "val"):
+        sub = SPLITS[split]
+        for name in (QUESTIONS.format(sub), ANNOTATIONS.format(sub)):
+            if not os.path.isfile(os.path.join(raw_dir, name)):
+                raise ValueError(f"{os.path.join(raw_dir, name)}: file not found (vqa_k_trainval/vqa_k_test "
+                                 f"need the train2014 and val2014 questions and annotations)")
+    trainval, test, counts = [], [], Counter()
+    for split in ("train", "val"):
+        rows, mcs, image_ids = convert_split(raw_dir, SPLITS[split], style)
+        for r, mc, img in zip(rows, mcs, image_ids):
+            held = split == "val" and (karpathy_test is None or img in karpathy_test)
+            (test if held else trainval).append(r)
+            if not held:
+                counts[mc] += 1
+    if not test:
+        raise ValueError(f"{raw_dir}: no val2014 question is on a Karpathy-test image (wrong split file?)")
+    out = {"vqa_k_trainval": trainval, "vqa_k_test": test}
+    for split, name in (("test", "vqa_test"), ("test_dev", "vqa_test_dev")):
+        if os.path.isfile(os.path.join(raw_dir, QUESTIONS.format(SPLITS[split]))):
+            out[name] = convert_split(raw_dir, SPLITS[split], style)[0]
+    return out, _vocab(counts, min_count, "vqa_k_trainval")
