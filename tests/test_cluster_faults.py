@@ -362,3 +362,13 @@ def test_slurm_warning_signal_is_forwarded_saved_and_requeued(tmp_path, launcher
     assert "[slurm] job 4242 requeued" in text and log.read_text().split() == ["requeue", "4242"]
     stopped, _, total = text.split("stopped at step ")[1].split()[:3]
     assert 0 < int(stopped) < int(total) and restore_step(out) == int(stopped)
+
+
+@pytest.mark.parametrize("change", [{"cpu_sched_batch": 0}, {"elastic_commit_steps": 3},
+                                    {"row_sparse_allreduce": 1}])
+def test_runtime_only_settings_do_not_block_a_rerun(toy_copy, caplog, change):
+    """Settings of how a run executes, not what it trains, may change between reruns (they were missing
+    from the run directory's list, so such a rerun was refused as another training setting)."""
+    caplog.set_level(logging.INFO)
+    assert run_toy(toy_copy, **change) == 0
+    assert "training already finished at step 16" in caplog.text

@@ -42,7 +42,8 @@ RUNTIME_KEYS = frozenset({
     "output_dir", "existing_run", "n_workers", "pin_mem", "log_interval", "dist_backend",
     "do_inference", "inference_model_step", "inference_txt_db", "inference_img_db", "inference_batch_size",
     "inference_n_clips", "val_batch_size", "eval_retrieval_batch_size", "skip_bad_videos",
-    "keep_last_k", "keep_top_k",
+    "keep_last_k", "keep_top_k", "path_prefix", "cpu_sched_batch", "elastic_commit_steps",
+    "row_sparse_allreduce",
 })
 # ClipBERT's derived keys that args.json carries next to the settings
 DERIVED_KEYS = frozenset({"num_train_steps", "valid_steps", "save_steps", "n_gpu"})
