@@ -36,7 +36,21 @@ class LMDBStore:
                                     f"python -m src.preprocessing.file2lmdb")
         self.path = path
         self._env, self._pid = None, None
-        self._open()  # fail here, in the main process, not in a DataLoader worker at the first read
+        self._check_early()
+
+    def _check_early(self):
+        """A truncated store fails here, in the main process, not in a DataLoader worker at its first
+        read; the environment is closed again (opened lazily per process, after the workers fork)."""
+        if (os.path.realpath(self.path), os.getpid()) in _ENVS:  # open and checked already
+            return
+        try:
+            env = lmdb.open(self.path, readonly=True, create=False, lock=False, readahead=False, subdir=True)
+        except lmdb.Error as e:
+            raise self._error("cannot be opened (not an LMDB store, or cut short)", e) from e
+        try:
+            check_not_truncated(env, self.path)
+        finally:
+            env.close()
 
     def _open(self):
         pid = os.getpid()
@@ -52,7 +66,7 @@ class LMDBStore:
                 except lmdb.Error as e:
                     raise self._error("cannot be opened (not an LMDB store, or cut short)", e) from e
                 try:
-                    check_not_truncated(env, self.path)
+                    check_not_truncated(env, self.path)  # the file may have changed since __init__
                 except DataStoreError:
                     env.close()
                     raise
