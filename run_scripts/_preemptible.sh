@@ -17,10 +17,10 @@ preemptible() {
   PREEMPTED=0
   trap '_forward_preemption USR1 "'"$script"'"' USR1
   "$@" &
-  local child=$! rc=0
+  local child=$! rc
   while true; do
-    wait "$child"
-    rc=$?
+    rc=0
+    wait "$child" || rc=$?  # (the callers run under set -e: a non-zero wait must not end this shell)
     kill -0 "$child" 2>/dev/null || break  # still running: wait was interrupted by the trapped signal
   done
   trap - USR1

@@ -69,11 +69,21 @@ def test_signal_saves_the_step_and_the_rerun_resumes_bit_exact(tmp_path, referen
     assert_same_weights(weights, reference[1])
 
 
-def test_second_signal_stops_at_once_without_saving(tmp_path):
+def test_second_ctrl_c_stops_at_once_without_saving(tmp_path):
     out = tmp_path / "run"
-    p = mp_utils.run_python([WORKERS / "signal_stop.py", out, 0, 6, "SIGTERM", 2], timeout=120)
-    assert p.returncode == -signal.SIGTERM, (p.stdout + p.stderr)[-3000:]
+    p = mp_utils.run_python([WORKERS / "signal_stop.py", out, 0, 6, "SIGINT", 2], timeout=120)
+    assert p.returncode in (1, -signal.SIGINT, 130) and "KeyboardInterrupt" in p.stderr, p.stderr[-3000:]
     assert restore_step(out) == 4  # the last periodic save; nothing written on the way out
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
+def test_a_repeated_sigterm_is_the_same_request(tmp_path, sig):
+    """torchrun and horovodrun forward the SIGTERM the scheduler already sent to every process: the
+    copy must not cut the save short."""
+    out = tmp_path / "run"
+    p = mp_utils.run_python([WORKERS / "signal_stop.py", out, 0, 6, sig, 2], timeout=120)
+    assert p.returncode == 75, p.stderr[-3000:]
+    assert restore_step(out) == 7
 
 
 @pytest.mark.multiprocess
@@ -209,15 +219,25 @@ def test_trained_run_without_restore_files_is_refused(toy_copy, capsys, policy):
     assert run_toy(toy_copy, existing_run=policy) == 1
     line = error_line(capsys)
     assert line.startswith(f"error: RunDirError: {toy_copy} holds a trained run (ckpt/model_best.pt, "
-                           f"ckpt/model_step_8.pt) but no ckpt/restore.pt or ckpt/restore_backup.pt")
+                           f"ckpt/model_step_8.pt, log/metrics.jsonl) but no ckpt/restore.pt or "
+                           f"ckpt/restore_backup.pt")
     assert "--existing_run restart" in line
     assert snapshot(toy_copy) == before
     assert run_toy(toy_copy, existing_run="restart") == 0  # the way out the message names
 
 
-def test_run_that_saved_nothing_starts_again(toy_copy):
+def test_run_whose_ckpt_folder_was_deleted_is_refused(toy_copy, capsys):
+    shutil.rmtree(toy_copy / "ckpt")
+    assert run_toy(toy_copy) == 1
+    line = error_line(capsys)
+    assert f"{toy_copy} holds a trained run (log/metrics.jsonl) but no ckpt/restore.pt" in line
+    assert "ckpt/model_step_16.pt" in line and "--existing_run restart" in line
+
+
+def test_run_that_left_nothing_starts_again(toy_copy):
     for p in (toy_copy / "ckpt").iterdir():
         p.unlink()
+    (toy_copy / "log" / "metrics.jsonl").unlink()
     assert run_toy(toy_copy) == 0
     assert final_weights(toy_copy)[0] == 16
 
@@ -341,7 +361,9 @@ def test_slurm_warning_signal_is_forwarded_saved_and_requeued(tmp_path, launcher
     launch = (f"{mp_utils.BIN}/horovodrun -np 2 -H localhost:2 --gloo {sys.executable}"
               if launcher == "horovodrun" else sys.executable)
     script = "tests/workers/slow_toy.py"
-    cmd = f"source run_scripts/_preemptible.sh; preemptible {script} {launch} {script} {out}"
+    # as in the sbatch scripts: under set -e
+    cmd = (f"set -euo pipefail; source run_scripts/_preemptible.sh; "
+           f"preemptible {script} {launch} {script} {out}")
     env = mp_utils._env({"PATH": f"{bindir}:{mp_utils._env()['PATH']}", "SLURM_JOB_ID": "4242",
                          "TOY_DIST_BACKEND": "horovod" if launcher == "horovodrun" else "auto"})
     p = subprocess.Popen(["bash", "-c", cmd], cwd=REPO, env=env, stdout=subprocess.PIPE,

@@ -79,14 +79,17 @@ def busy():
     """A long operation of this rank alone that may hold the GIL (a checkpoint save): peers allow
     ``DIST_BUSY_GRACE_S`` seconds of silence instead of ``DIST_PEER_TIMEOUT_S``."""
     store, key = _W["store"], f"{_W['prefix']}busy{_W['rank']}"
-    if store is None:
-        yield
-        return
-    _add(store, key, 1)
+    marked = False
+    if store is not None:
+        with contextlib.suppress(Exception):  # advisory: a store error must not fail the save itself
+            _add(store, key, 1)
+            marked = True
     try:
         yield
     finally:
-        _add(store, key, -1)
+        if marked:
+            with contextlib.suppress(Exception):
+                _add(store, key, -1)
 
 
 def _loop(store, prefix, rank, world, timeout, interval):
@@ -122,12 +125,15 @@ def _end_for(store, prefix, rank, world, silent, timeout):
     reporter = min(r for r in range(world) if r not in silent_ranks)
     names = []
     for r, secs in silent:
-        with _LOCK:
-            who = store.get(f"{prefix}who{r}").decode().split()
-        names.append(f"rank {r} (host {who[0]}, pid {who[1]}) has not responded for {secs:.0f} s")
-        if who[0] == socket.gethostname():  # stopped: only SIGKILL ends it
+        try:
+            with _LOCK:
+                host, pid = store.get(f"{prefix}who{r}").decode().split()
+        except Exception:  # the store is going too: name the rank alone
+            host, pid = "?", "?"
+        names.append(f"rank {r} (host {host}, pid {pid}) has not responded for {secs:.0f} s")
+        if host == socket.gethostname():  # stopped: only SIGKILL ends it
             with contextlib.suppress(OSError):
-                os.kill(int(who[1]), signal.SIGKILL)
+                os.kill(int(pid), signal.SIGKILL)
     msg = (f"error: {'; '.join(names)} (DIST_PEER_TIMEOUT_S={timeout:g}); ending the job. Rerun the "
            f"same command to resume from the last restore file")
     _end(msg if rank == reporter else None)

@@ -233,8 +233,9 @@ class Trainer(TrainerState):
             self.global_step, self.finished = self.plan.stop_step, True
         self.precision.before_training(self.optimizer, fresh_run=self.global_step == 0)
         p = self.plan
-        if p.accumulation_warning():
-            logger.warning(p.accumulation_warning())
+        warning = p.accumulation_warning()
+        if warning:
+            logger.warning(warning)
         logger.info("training: %d examples, %d processes, batch %d x accum %d -> %d steps (%s); validate "
                     "every %d, restore file every %d steps", p.n_examples, p.world_size, p.train_batch_size,
                     p.gradient_accumulation_steps, p.num_train_steps, self.precision.name, p.valid_steps,
@@ -282,10 +283,14 @@ class Trainer(TrainerState):
 
     def _write_json(self, name: str, obj) -> None:
         path = os.path.join(self.log_dir, name)
-        try:
-            with open(path, "w") as f:
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:  # a temp file renamed into place: a full disk never leaves a cut args.json behind
+            with open(tmp, "w") as f:
                 json.dump(obj, f, indent=4, default=str)
+            os.replace(tmp, path)
         except OSError as e:
+            if os.path.exists(tmp):
+                os.remove(tmp)
             raise write_error(path, e) from e
 
     # ---------------------------------------------------------------------------------- the step

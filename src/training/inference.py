@@ -119,13 +119,12 @@ def _model_from_weights_file(cfg, task):
 def _model_from_run(cfg, task):
     model = task.build_model(cfg)
     path = os.path.join(cfg.output_dir, "ckpt", f"model_step_{cfg.inference_model_step}.pt")
+    others = [s for s in available_steps(cfg.output_dir) if s != cfg.inference_model_step]
     try:
         sd = torch.load(path, map_location="cpu")
     except Exception as e:  # truncated/corrupt file: torch raises RuntimeError/EOFError/UnpicklingError
-        others = [s for s in available_steps(cfg.output_dir) if s != cfg.inference_model_step]
         raise CheckpointError(f"{path} is unreadable ({one_line(e)}); it may be a truncated save: "
                               f"pick another --inference_model_step (available: {others})") from e
-    others = [s for s in available_steps(cfg.output_dir) if s != cfg.inference_model_step]
     load_model_weights(model, sd, path, f"the model is built from {cfg.output_dir}/log/args.json: pick "
                                         f"another --inference_model_step (available: {others})")
     return model

@@ -5,8 +5,10 @@ sends SIGUSR1 ``T`` seconds before the time limit; a user presses Ctrl-C. :class
 first of these into a request, never into an exception: the handler only records the signal. The
 trainer packs the request into the loss statistics it allreduces at every step anyway (no extra
 collective), so all ranks see it at the same step even when only one rank got the signal; they then
-write the restore file together and the process exits with :data:`EXIT_PREEMPTED`. A second signal
-stops at once (SIGINT: ``KeyboardInterrupt``; SIGTERM/SIGUSR1: their default action).
+write the restore file together and the process exits with :data:`EXIT_PREEMPTED`. A second Ctrl-C
+stops at once (``KeyboardInterrupt``). A repeated SIGTERM or SIGUSR1 is the same request: launchers
+forward the SIGTERM that the scheduler has already sent to every process (torchrun, horovodrun), and
+that copy must not cut the save short; SIGKILL stops at once.
 """
 from __future__ import annotations
 
@@ -61,23 +63,23 @@ class StopSignals:
             return
         if self.received is None:
             self.received = signum
-            return
-        self.uninstall()  # the second signal: now
-        if signum == signal.SIGINT:
+        elif signum == signal.SIGINT:  # Ctrl-C twice: now
+            self.uninstall()
             raise KeyboardInterrupt
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
 
 
 def stop_on_signal(trainer) -> None:
     """Every rank at the same step (the request was allreduced with the step's loss statistics): the
     restore file (unless this step's is written already), one line from rank 0, :class:`Preempted`."""
     if trainer.restore_saved_at != trainer.global_step:
-        trainer.save_restore()
+        trainer.save_restore()  # keeps the last finite state if the weights are not finite
     got = (f"{trainer.signals.name} received" if trainer.signals.received
            else "a stop signal reached another rank")
+    held = ("this step" if trainer.restore_saved_at == trainer.global_step else
+            f"step {trainer.restore_saved_at} (the weights are not finite now)" if trainer.restore_saved_at
+            else "nothing: the weights are not finite")
     msg = (f"stopped at step {trainer.global_step} of {trainer.plan.stop_step} (epoch {trainer.epoch}): "
-           f"{got}; {trainer.restorer.path} holds this step, rerun the same command to resume (exit status "
+           f"{got}; {trainer.restorer.path} holds {held}, rerun the same command to resume (exit status "
            f"{EXIT_PREEMPTED})")
     if trainer.is_main:
         logger.warning(msg)
