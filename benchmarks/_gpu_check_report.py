@@ -70,7 +70,8 @@ def _tests(r):
 
 def _loader(r):
     o2 = r.get("amp_O2_clips_per_s")
-    cmp = "" if o2 is None else f" vs amp O2 {o2:.1f} clips/s: {'decode-bound' if r['decode_bound'] else 'GPU-bound'}"
+    bound = "decode-bound" if r.get("decode_bound") else "GPU-bound"
+    cmp = "" if o2 is None else f" vs amp O2 {o2:.1f} clips/s: {bound}"
     build = ", Horovod build compiling meanwhile" if r.get("horovod_build_running") else ""
     return f"{r['clips_per_s']:.1f} clips/s ({r['workers']} workers{build}){cmp}"
 
@@ -84,7 +85,8 @@ def _horovod(r):
         cells.append(f"build exit {b['exit']}" + (" (cached wheel)" if cached else ""))
     h = r.get("horovodrun")
     if h:
-        cells.append(f"horovodrun: nccl_built {h['nccl_built']}, allreduce ops {h['timeline_allreduce_ops']}, "
+        cells.append(f"horovodrun: nccl_built {h['nccl_built']}, allreduce ops "
+                     f"{h['timeline_allreduce_ops']}, "
                      f"{len(h['steps'])} {h.get('precision')} steps, losses finite {h['losses_finite']}")
     return "; ".join(cells) + (f"; {r['error']}" if r.get("error") else "")
 
@@ -117,11 +119,13 @@ def write_summary(out: str, files: dict, dry: bool) -> None:
         if r is None:
             lines.append(f"| {name} | not run | | |")
         else:
-            lines.append(f"| {name} | {r.get('status')} | {r.get('seconds', '')} | {figures(r).replace('|', '/')} |")
+            cell = figures(r).replace("|", "/")
+            lines.append(f"| {name} | {r.get('status')} | {r.get('seconds', '')} | {cell} |")
     table = precision_table([loaded.get("amp_o2"), loaded.get("bf16")])
     setup = (loaded.get("amp_o2") or {}).get("setup")
     if table and setup:
-        lines += ["", f"{setup['model']} ({setup['cnn']}), {setup['videos']} videos x {setup['texts']} texts, "
+        lines += ["", f"{setup['model']} ({setup['cnn']}), {setup['videos']} videos x {setup['texts']} "
+                      "texts, "
                       f"{setup['frames']} frames at {setup['img']} px, {setup['steps']} timed steps after "
                       f"{setup['warmup']} warm-up, batches already on the device", "", *table]
     tmp = os.path.join(out, f"summary.md.tmp{os.getpid()}")

@@ -50,10 +50,10 @@ def install_bundle(bundle: str, work: str, timeout: float) -> dict:
     t0 = time.time()
     rec = {"bundle": bundle, "installed": [], "kept": [], "method": None}
     manifest = os.path.join(bundle, "bundle.json")
-    here = "%d.%d" % sys.version_info[:2]
+    here = "{}.{}".format(*sys.version_info[:2])
     if not os.path.isfile(manifest):
-        rec["error"] = (f"no bundle at {bundle} (no bundle.json): make one with run_scripts/gpu_bundle.sh on a "
-                        f"machine with network and copy it there, or pass --bundle DIR")
+        rec["error"] = (f"no bundle at {bundle} (no bundle.json): make one with run_scripts/gpu_bundle.sh "
+                        "on a machine with network and copy it there, or pass --bundle DIR")
     else:
         with open(manifest) as f:
             rec["made_for_python"] = json.load(f)["python"]
@@ -84,7 +84,8 @@ def _install(wheels: list, rec: dict, work: str, timeout: float) -> None:
         site = os.path.join(work, "site")
         first_error = p.stderr.strip()[-400:]
         p = _pip_install(missing, timeout, ["--target", site])
-        rec["method"] = f"pip install --no-index --no-deps --target {site} (site-packages refused: {first_error})"
+        rec["method"] = (f"pip install --no-index --no-deps --target {site} "
+                         f"(site-packages refused: {first_error})")
         os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (site, os.environ.get("PYTHONPATH")) if x)
     if p.returncode != 0:
         rec["error"] = f"pip install failed: {(p.stdout + p.stderr).strip()[-1500:]}"
@@ -117,7 +118,8 @@ def start_horovod_build(a, env_file: str) -> subprocess.Popen:
         script = os.path.join(REPO, "run_scripts", "install_horovod.sh")
         env["HOROVOD_PYTHON"] = sys.executable
         how = ("dry run: run_scripts/install_horovod.sh for this python (Gloo, CPU): the cached wheel where "
-               "HOROVOD_WHEEL_CACHE has one, else compiled from " + env.get("HOROVOD_SDIST", "a downloaded sdist"))
+               "HOROVOD_WHEEL_CACHE has one, else compiled from "
+               + env.get("HOROVOD_SDIST", "a downloaded sdist"))
     else:
         script = os.path.join(REPO, "run_scripts", "build_horovod_cuda.sh")
         env.pop("VENV_DIR", None)
@@ -126,12 +128,15 @@ def start_horovod_build(a, env_file: str) -> subprocess.Popen:
         env.update(PYTHON=sys.executable, ALLOW_CUDA_MISMATCH="1", MAKEFLAGS=f"-j{jobs}")
         if arch:  # else build_horovod_cuda.sh's default list (every arch: slower)
             env["HOROVOD_BUILD_CUDA_CC_LIST"] = arch
-        how = (f"run_scripts/build_horovod_cuda.sh: Horovod 0.28.1 from {env.get('HOROVOD_SDIST', 'PyPI (no sdist in the bundle)')}"
-               f" with NCCL for {'sm_' + arch + ' only' if arch else 'the default arch list'}, -j{jobs}, niced, against {sys.executable}'s torch")
+        src = env.get("HOROVOD_SDIST", "PyPI (no sdist in the bundle)")
+        archs = f"sm_{arch} only" if arch else "the default arch list"
+        how = (f"run_scripts/build_horovod_cuda.sh: Horovod 0.28.1 from {src} with NCCL for {archs}, "
+               f"-j{jobs}, niced, against {sys.executable}'s torch")
     work = a.work
     with open(os.path.join(work, "horovod_build.started"), "w") as f:
         f.write(how + "\n")
     print(f"[gpu_check] background: {how}", flush=True)
     wrapper = 'nice -n 10 "$0" > "$1" 2>&1; echo $? > "$2.tmp" && mv "$2.tmp" "$2"'
-    return subprocess.Popen(["bash", "-c", wrapper, script, os.path.join(work, "horovod_build.log"),
-                             os.path.join(work, "horovod_build.rc")], cwd=REPO, env=env, start_new_session=True)
+    cmd = ["bash", "-c", wrapper, script, os.path.join(work, "horovod_build.log"),
+           os.path.join(work, "horovod_build.rc")]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True)

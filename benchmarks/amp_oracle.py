@@ -285,7 +285,7 @@ def write_json(a, report: dict) -> str:
 
 
 def no_apex(a) -> int:
-    """No legacy apex.amp anywhere: a recorded skip (``--if-no-apex skip``) or exit 1 saying how to get one."""
+    """No legacy apex.amp: a recorded skip (``--if-no-apex skip``) or exit 1 saying how to get one."""
     how = ("build apex's pure-Python wheel (run_scripts/gpu_bundle.sh, or APEX_SRC=<apex 25.04 source> "
            "run_scripts/gpu_bundle.sh on any machine) and pass --apex-wheel")
     if a.if_no_apex == "fail":
@@ -311,11 +311,13 @@ def gpu_compare(a) -> int:
     det = {"AMP_ORACLE_DETERMINISTIC": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     report = {"part": "amp_oracle", "status": "running", "mode": "gpu", "steps": a.steps, "window": a.window,
               "inject": a.inject, "apex_from": apex_from, "gpu": torch.cuda.get_device_name(0),
-              "tolerances": {"loss_rel": LOSS_RTOL, "grad_norm_rel": GRAD_NORM_RTOL, "weights_abs": WEIGHT_ATOL},
+              "tolerances": {"loss_rel": LOSS_RTOL, "grad_norm_rel": GRAD_NORM_RTOL,
+                             "weights_abs": WEIGHT_ATOL},
               "levels": {}}
     for level in a.levels:
         t0 = time.time()
-        procs = {b: run_side(level, b, a, a.out, env) for b, env in (("native", det), ("apex", {**det, **apex_env}))}
+        envs = {"native": det, "apex": {**det, **apex_env}}
+        procs = {b: run_side(level, b, a, a.out, env) for b, env in envs.items()}
         sides = {b: wait_side(p, a.timeout, a.out, level, b) for b, p in procs.items()}
         c = compare(sides["native"], sides["apex"])
         for backend, res in sides.items():
@@ -339,7 +341,8 @@ def apex_import_check(a) -> dict:
     if found is None:
         return {"found": False, "reason": a.skip_reason}
     env = {**os.environ, **found[0]}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (found[0].get("PYTHONPATH"), os.environ.get("PYTHONPATH")) if p)
+    paths = (found[0].get("PYTHONPATH"), os.environ.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     probe = "import apex, apex.amp as m; print(apex.__file__); assert hasattr(m, 'initialize')"
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
     return {"found": True, "from": found[1], "imports": p.returncode == 0,
@@ -355,7 +358,8 @@ def cpu_dry_run(a) -> int:
     procs = {level: run_side(level, "native", a, a.out, env) for level in a.levels}
     sides = {level: wait_side(p, a.timeout, a.out, level, "native") for level, p in procs.items()}
     report = {"part": "amp_oracle", "status": "running", "mode": "cpu-dry-run",
-              "apex": f"side skipped: {APEX_NEEDS_CUDA}", "apex_import": apex_import_check(a), "steps": a.steps,
+              "apex": f"side skipped: {APEX_NEEDS_CUDA}", "apex_import": apex_import_check(a),
+              "steps": a.steps,
               "window": a.window, "inject": a.inject, "levels": {}}
     for level, res in sides.items():
         checks = side_checks(res, a.window, a.inject, exact_skips=True)
@@ -399,6 +403,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if os.environ.get("GPU_CHECK_FAIL_PART") == "amp_oracle":  # the GPU check's forced failure (its CI test)
+        raise RuntimeError("forced failure of part 'amp_oracle' (GPU_CHECK_FAIL_PART=amp_oracle)")
     return cpu_dry_run(a) if a.cpu_dry_run else gpu_compare(a)
 
 

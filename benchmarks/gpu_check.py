@@ -40,7 +40,10 @@ PARTS_DIR = os.path.join(REPO, "benchmarks", "gpu_check_parts")
 PARTS = [("env", "1_env.json", 60), ("amp_o2", "2_amp_o2.json", 180), ("bf16", "3_bf16.json", 120),
          ("amp_oracle", "4_amp_oracle.json", 180), ("cuda_tests", "5_cuda_tests.json", 120),
          ("loader", "6_loader.json", 90), ("horovod", "7_horovod.json", 300)]
+# the Horovod build starts before the first of these (after the timed parts 2 and 3)
+AFTER_TIMED = ("amp_oracle", "cuda_tests", "loader", "horovod")
 MIN_PART_S = 15  # a part with less time than this left is skipped, not started
+ACTIVE: list = []  # the running part and the background build: ended with the driver (SIGTERM/SIGINT)
 
 
 def part_command(name: str, a, files: dict, timeout: float) -> list:
@@ -58,8 +61,8 @@ def part_command(name: str, a, files: dict, timeout: float) -> list:
                "--result", files[name], "--if-no-apex", "skip", "--skip-reason",
                "skipped: no apex wheel in the bundle", "--timeout", str(int(timeout))]
         wheel = setup.apex_wheel(a.bundle)
-        cmd += (["--apex-wheel", wheel] if wheel else []) + (dry or ["--steps", "300", "--levels", "O2", "O1"])
-        return cmd
+        cmd += ["--apex-wheel", wheel] if wheel else []
+        return cmd + (dry or ["--steps", "300", "--levels", "O2", "O1"])
     if name == "cuda_tests":
         return [py, os.path.join(parts, "cuda_tests_part.py"), *common]
     if name == "loader":
@@ -73,11 +76,13 @@ def run_part(name: str, path: str, cmd: list, timeout: float, work: str) -> dict
     t0 = time.time()
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        ACTIVE.append(proc)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_group(proc)
             rc = None
+        ACTIVE.remove(proc)
     data = read_json(path) or {"part": name}
     if rc == 0 and data.get("status") in ("ok", "skipped"):
         return data
@@ -104,6 +109,13 @@ def kill_group(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def end_active(signum, frame) -> None:
+    """The driver is being stopped: its part and the build go with it (what is on disk stays)."""
+    for proc in list(ACTIVE):
+        kill_group(proc)
+    sys.exit(128 + signum)
 
 
 def read_json(path: str) -> dict | None:
@@ -154,21 +166,24 @@ def main(argv=None) -> int:
     for name, _, budget in PARTS:
         if name not in chosen:
             continue
-        if "horovod" in chosen and build is None and name in ("amp_oracle", "cuda_tests", "loader", "horovod"):
-            build = setup.start_horovod_build(a, files["env"])  # after the timed parts 2 and 3
         timeout = min(budget, deadline - time.time())
         if timeout < MIN_PART_S:
             results[name] = {"part": name, "status": "skipped",
                              "reason": f"no time left in the {a.budget_s:.0f} s budget"}
             write_json(files[name], results[name])
         else:
+            if "horovod" in chosen and build is None and name in AFTER_TIMED:
+                build = setup.start_horovod_build(a, files["env"])  # after the timed parts 2 and 3
+                ACTIVE.append(build)
             print(f"[gpu_check] {name}: up to {timeout:.0f} s", flush=True)
-            results[name] = run_part(name, files[name], part_command(name, a, files, timeout), timeout, a.work)
+            cmd = part_command(name, a, files, timeout)
+            results[name] = run_part(name, files[name], cmd, timeout, a.work)
         print(report.one_line(results[name]), flush=True)
         report.write_summary(a.out, files, a.cpu_dry_run)
     if build is not None and build.poll() is None:
         kill_group(build)
-    print(open(os.path.join(a.out, "summary.md")).read())
+    with open(os.path.join(a.out, "summary.md")) as f:
+        print(f.read())
     print(f"[gpu_check] results in {a.out}")
     if not keep_work:
         shutil.rmtree(a.work, ignore_errors=True)
@@ -176,4 +191,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, end_active)
+    signal.signal(signal.SIGINT, end_active)
     sys.exit(main())

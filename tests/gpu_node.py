@@ -22,7 +22,7 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "clipbe
 NODE_PACKAGES = ("torch==2.13.0", "numpy==2.4.6", "transformers==5.24.0", "tokenizers==0.23.3",
                  "safetensors==0.8.0", "tensorboard==2.21.0", "tqdm==4.70.1", "pillow==13.0.0",
                  "pytest==9.2.0", "psutil==7.2.2", "protobuf==7.36.2")
-PY_TAG = "%d.%d" % sys.version_info[:2]
+PY_TAG = "{}.{}".format(*sys.version_info[:2])
 
 
 def _key(*parts) -> str:
@@ -45,8 +45,8 @@ def node_venv() -> Path:
         return venv
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True, timeout=300)
-    p = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        *NODE_PACKAGES], capture_output=True, text=True, timeout=1500)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    p = subprocess.run([*pip, *NODE_PACKAGES], capture_output=True, text=True, timeout=1500)
     if p.returncode != 0:
         raise RuntimeError(f"could not build the node venv {venv}:\n{p.stderr[-3000:]}")
     (venv / ".complete").write_text("\n".join(NODE_PACKAGES) + "\n")

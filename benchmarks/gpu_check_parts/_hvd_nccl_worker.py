@@ -18,6 +18,7 @@ from _bench_trainer_worker import BatchTask, engine_cfg  # benchmarks/ is on the
 from src.training.engine import Trainer
 from src.training.hooks import Hook
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS, VIDEOS, TEXTS, FRAMES, IMG, TXT_LEN = 6, 2, 2, 2, 64, 12
 MODEL_CFG = dict(model_config="configs/model/tiny_model.json", task_type="retrieval", loss_type="ce",
                  cnn_type="tiny", cnn_weights_path="")
@@ -65,14 +66,16 @@ def main():
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     out = {"backend": hvd.backend_name(), "size": hvd.size(), "nccl_built": bool(real_hvd.nccl_built()),
-           "gloo_built": bool(real_hvd.gloo_built()), "device": str(dev), "allreduce": allreduce_check(hvd, dev)}
+           "gloo_built": bool(real_hvd.gloo_built()), "device": str(dev),
+           "allreduce": allreduce_check(hvd, dev)}
     torch.manual_seed(0)
-    template = build_model({**MODEL_CFG, "model_config": os.path.join(os.getcwd(), MODEL_CFG["model_config"])})
+    template = build_model({**MODEL_CFG, "model_config": os.path.join(REPO, MODEL_CFG["model_config"])})
     task = BatchTask(template, batches(STEPS), STEPS * hvd.size())
     rec = Losses()
     with tempfile.TemporaryDirectory() as d:
         d = hvd.broadcast_object(d, root_rank=0)
-        trainer = Trainer(engine_cfg(d, STEPS * hvd.size(), fp16=1, dist_backend="horovod"), task, hooks=[rec])
+        cfg = engine_cfg(d, STEPS * hvd.size(), fp16=1, dist_backend="horovod")
+        trainer = Trainer(cfg, task, hooks=[rec])
         trainer.train()
         out["precision"] = trainer.precision.name
         out["training_device"] = str(trainer.device)

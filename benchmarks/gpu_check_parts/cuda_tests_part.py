@@ -62,9 +62,10 @@ def main() -> int:
     p = subprocess.run(cmd, cwd=_common.REPO, capture_output=True, text=True)
     print(p.stdout[-3000:], flush=True)
     if not os.path.isfile(xml):
-        raise RuntimeError(f"pytest wrote no report (exit {p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+        raise RuntimeError(f"pytest wrote no report (exit {p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
     results = outcomes(xml)
-    counts = {k: sum(r["outcome"] == k for r in results.values()) for k in ("passed", "failed", "error", "skipped")}
+    counts = {k: sum(r["outcome"] == k for r in results.values())
+              for k in ("passed", "failed", "error", "skipped")}
     ok = p.returncode == 0 and counts["failed"] == counts["error"] == 0 and len(results) == len(ids)
     return res.finish(ok, pytest_exit=p.returncode, counts=counts, results=results)
 

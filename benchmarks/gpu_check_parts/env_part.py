@@ -42,7 +42,8 @@ def gpu() -> dict:
     if not torch.cuda.is_available():
         return {"cuda_available": False}
     props = torch.cuda.get_device_properties(0)
-    smi = _run(["nvidia-smi", "--query-gpu=driver_version,power.limit,clocks.max.sm", "--format=csv,noheader"])
+    query = "--query-gpu=driver_version,power.limit,clocks.max.sm"
+    smi = _run(["nvidia-smi", query, "--format=csv,noheader"])
     return {"cuda_available": True, "count": torch.cuda.device_count(), "name": props.name,
             "capability": f"{props.major}.{props.minor}", "memory_bytes": props.total_memory,
             "multiprocessors": props.multi_processor_count, "nvidia_smi": smi,

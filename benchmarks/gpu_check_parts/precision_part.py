@@ -44,8 +44,8 @@ def precision(mode: str, dev: torch.device):
 def build(p: dict, dev: torch.device):
     from src.modeling.build import build_model
     torch.manual_seed(0)
-    cfg = {"model_config": os.path.join(_common.REPO, p["model"]), "task_type": "retrieval", "loss_type": "ce",
-           "cnn_type": p["cnn"], "cnn_weights_path": ""}
+    cfg = {"model_config": os.path.join(_common.REPO, p["model"]), "task_type": "retrieval",
+           "loss_type": "ce", "cnn_type": p["cnn"], "cnn_weights_path": ""}
     model = build_model(cfg).to(dev).train()
     return model, torch.optim.AdamW(model.parameters(), lr=1e-5)
 
@@ -54,7 +54,8 @@ def make_batch(p: dict, dev: torch.device, seed: int) -> dict:
     """One retrieval batch, generated on the device itself."""
     g = torch.Generator(device=dev).manual_seed(seed)
     n_txt = p["videos"] * p["texts"]
-    return {"visual_inputs": torch.randn(p["videos"], p["frames"], 3, p["img"], p["img"], generator=g, device=dev),
+    shape = (p["videos"], p["frames"], 3, p["img"], p["img"])
+    return {"visual_inputs": torch.randn(*shape, generator=g, device=dev),
             "text_input_ids": torch.randint(1000, 2000, (n_txt, p["txt_len"]), generator=g, device=dev),
             "text_input_mask": torch.ones(n_txt, p["txt_len"], dtype=torch.long, device=dev),
             "n_examples_list": [p["texts"]] * p["videos"],
@@ -89,8 +90,10 @@ def measure(mode: str, p: dict, dev: torch.device) -> dict:
     step_s = (time.perf_counter() - t0) / p["steps"]
     in_bytes = sum(t.numel() * t.element_size() for b in batches for t in b.values() if torch.is_tensor(t))
     return {"mode": mode, "precision": prec.name, "tf32": flags, "step_s": step_s, "steps_per_s": 1 / step_s,
-            "clips_per_s": p["videos"] / step_s, "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
-            "held_mem_bytes": torch.cuda.memory_allocated(dev) if cuda else None, "input_batches_bytes": in_bytes,
+            "clips_per_s": p["videos"] / step_s,
+            "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
+            "held_mem_bytes": torch.cuda.memory_allocated(dev) if cuda else None,  # weights + optimizer
+            "input_batches_bytes": in_bytes,
             "final_loss": float(loss), "loss_finite": bool(torch.isfinite(loss)),
             "param_dtype": str(next(model.parameters()).dtype), "layer_norm": layer_norm_path(model)}
 
@@ -110,7 +113,8 @@ def ratios(modes: dict, base: dict | None) -> dict:
         return {}
     out = {}
     for mode, r in modes.items():
-        mem = r["peak_mem_bytes"] / base["peak_mem_bytes"] if r["peak_mem_bytes"] and base["peak_mem_bytes"] else None
+        both = r["peak_mem_bytes"] and base["peak_mem_bytes"]
+        mem = r["peak_mem_bytes"] / base["peak_mem_bytes"] if both else None
         out[mode] = {"speedup": base["step_s"] / r["step_s"], "memory": mem}
     return out
 
