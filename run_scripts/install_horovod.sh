@@ -40,13 +40,14 @@ PY
     || die "horovodrun is neither in $scripts nor on PATH"
 }
 
-# Horovod's runtime dependencies, installed only where missing (offline machines bring them along)
+# Horovod's runtime dependencies, also its setup_requires (setuptools would fetch them mid-build, which
+# fails offline): installed first, only where missing (offline machines bring them as wheels)
 runtime_deps() {
   local missing
   missing="$("$VPY" - <<'PY'
 import importlib.util
 print(" ".join(d for d, m in (("cloudpickle", "cloudpickle"), ("psutil", "psutil"), ("pyyaml", "yaml"),
-                              ("packaging", "packaging")) if importlib.util.find_spec(m) is None))
+                              ("packaging", "packaging"), ("cffi", "cffi")) if importlib.util.find_spec(m) is None))
 PY
 )"
   [ -z "$missing" ] && return 0
