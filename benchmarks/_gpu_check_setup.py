@@ -80,6 +80,12 @@ def _install(wheels: list, rec: dict, work: str, timeout: float) -> None:
         return
     p = _pip_install(missing, timeout, [])
     rec["method"] = "pip install --no-index --no-deps (this python's site-packages)"
+    if p.returncode != 0 and "externally-managed-environment" in p.stderr:
+        # a distribution's python (PEP 668): only packages it lacks are added, nothing is replaced; the
+        # Horovod build's pip calls inherit the permission
+        os.environ["PIP_BREAK_SYSTEM_PACKAGES"] = "1"
+        p = _pip_install(missing, timeout, [])
+        rec["method"] += ", PIP_BREAK_SYSTEM_PACKAGES=1 (externally managed python)"
     if p.returncode != 0:
         site = os.path.join(work, "site")
         first_error = p.stderr.strip()[-400:]

@@ -30,6 +30,9 @@ log() { echo "[build_horovod_cuda] $(date +%T) $*"; }
 die() { echo "[build_horovod_cuda] ERROR: $*" >&2; exit 1; }
 
 [ -x "$VPY" ] || die "no python at $VPY (set VENV_DIR or PYTHON)"
+if ! command -v nvcc >/dev/null 2>&1 && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
+  export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"  # a toolkit that is installed but not on PATH
+fi
 command -v nvcc >/dev/null 2>&1 || die "nvcc not found: install a CUDA toolkit (or use the devel image)"
 nvcc_major="$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
 "$VPY" -c "import torch" || die "$VPY cannot import torch: install a CUDA torch there first (this script never installs torch)"
@@ -44,7 +47,14 @@ fi
 # NCCL: torch's own wheel (headers + libnccl.so.2; Horovod's FindNCCL looks for libnccl.so), else the system's
 if nccl_home="$("$VPY" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)" \
    && [ -f "$nccl_home/include/nccl.h" ]; then
-  [ -e "$nccl_home/lib/libnccl.so" ] || ln -s libnccl.so.2 "$nccl_home/lib/libnccl.so"
+  if [ ! -e "$nccl_home/lib/libnccl.so" ] && ! ln -s libnccl.so.2 "$nccl_home/lib/libnccl.so" 2>/dev/null; then
+    # torch's site-packages is read-only here: the unversioned name in a private folder instead
+    link_dir="$(mktemp -d)"
+    mkdir "$link_dir/lib" && ln -s "$nccl_home/include" "$link_dir/include"
+    ln -s "$nccl_home/lib/libnccl.so.2" "$link_dir/lib/libnccl.so"
+    ln -s "$nccl_home/lib/libnccl.so.2" "$link_dir/lib/libnccl.so.2"
+    nccl_home="$link_dir"
+  fi
   export HOROVOD_NCCL_HOME="$nccl_home"
 else
   nccl_home="${NCCL_HOME:-/usr}"
