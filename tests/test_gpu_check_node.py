@@ -15,6 +15,8 @@ from tests import gpu_node
 
 PARTS = ["1_env.json", "2_amp_o2.json", "3_bf16.json", "4_amp_oracle.json", "5_cuda_tests.json",
          "6_loader.json", "7_horovod.json"]
+# torchrun and horovodrun jobs; not marked cuda: CI (./run_scripts/test.sh) runs it on every submission
+pytestmark = pytest.mark.multiprocess
 NOT_ON_THE_NODE = {"av", "lmdb", "ujson", "tensorboardx", "scikit_video", "cloudpickle"}
 
 
