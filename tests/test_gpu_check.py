@@ -127,3 +127,30 @@ def test_gpu_mode_refuses_a_machine_without_cuda(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "no CUDA device" in p.stderr and "--cpu-dry-run" in p.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_gpu_mode_commands_the_dry_run_cannot_reach(driver, tmp_path, monkeypatch):
+    """On a GPU: the oracle runs 300 steps at O2 then O1 with the bundle's apex wheel, and the Horovod
+    build is build_horovod_cuda.sh for this python, from the bundle's sdist, for the local GPU's arch only."""
+    import _gpu_check_setup as setup
+    bundle = tmp_path / "bundle"
+    (bundle / "apex").mkdir(parents=True)
+    _wheel(bundle / "apex", "apex", "0.1")
+    (bundle / "horovod-0.28.1.tar.gz").write_bytes(b"")
+    a = driver.parse_args(["--out", str(tmp_path / "out"), "--bundle", str(bundle), "--work", str(tmp_path)])
+    files = {name: str(tmp_path / f) for name, f, _ in driver.PARTS}
+    cmd = driver.part_command("amp_oracle", a, files, 170.0)
+    assert cmd[-5:] == ["--steps", "300", "--levels", "O2", "O1"] and "--cpu-dry-run" not in cmd
+    assert cmd[cmd.index("--apex-wheel") + 1] == str(bundle / "apex" / "apex-0.1-py3-none-any.whl")
+    assert cmd[cmd.index("--timeout") + 1] == "170" and "skipped: no apex wheel in the bundle" in cmd
+    Path(files["env"]).write_text(json.dumps({"gpu": {"capability": "9.0"}}))
+    seen = {}
+    monkeypatch.setattr(setup.subprocess, "Popen", lambda cmd, **kw: seen.update(cmd=cmd, **kw))
+    monkeypatch.setenv("VENV_DIR", "/somewhere/else")
+    setup.start_horovod_build(a, files["env"])
+    env = seen["env"]
+    assert seen["cmd"][3].endswith("run_scripts/build_horovod_cuda.sh") and "nice -n 10" in seen["cmd"][2]
+    assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == "90" and env["PYTHON"] == sys.executable
+    assert env["HOROVOD_SDIST"] == str(bundle / "horovod-0.28.1.tar.gz") and "VENV_DIR" not in env
+    assert env["ALLOW_CUDA_MISMATCH"] == "1" and env["MAKEFLAGS"].startswith("-j")
+    assert "sm_90 only" in (tmp_path / "horovod_build.started").read_text()
