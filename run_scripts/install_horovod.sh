@@ -70,8 +70,9 @@ mkdir -p "$wheel_dir"
 whl="$(find "$wheel_dir" -maxdepth 1 -name 'horovod-*.whl' | head -1)"
 
 build_wheel() {
-  "$VPY" -c "import setuptools, wheel" 2>/dev/null \
-    || die "$VPY lacks setuptools or wheel, which Horovod's setup.py needs (pip install setuptools wheel)"
+  # setup.py bdist_wheel: setuptools >= 70.1 has it built in, older ones need the wheel package
+  "$VPY" -c "import setuptools, importlib.util as u, sys; sys.exit(not (u.find_spec('wheel') or u.find_spec('setuptools.command.bdist_wheel')))" \
+    || die "$VPY lacks setuptools (>= 70.1) or the wheel package, which Horovod's setup.py needs (pip install setuptools wheel)"
   command -v cmake >/dev/null 2>&1 || die "cmake not found; install it (pip install cmake, or apt-get install cmake)"
   export CMAKE_POLICY_VERSION_MINIMUM=3.5  # CMake 4 refuses Gloo's old cmake_minimum_required without it
   work="$(mktemp -d)"
