@@ -24,9 +24,13 @@ learning rate on every step after it. Grad norms of skipped steps are not compar
 uninitialised; ours holds inf/nan.
 
 apex.amp comes from a wheel of apex's pure-Python package (tag 25.04 or earlier, built without its
-CUDA extensions, so apex runs its Python-fallback unscale), found as ``--apex-wheel``,
-``$AMP_ORACLE_APEX_WHEEL``, ``third_party_wheels/apex-*.whl`` or ``~/.cache/clipbert-legacy/apex/``,
-and unpacked under ``--out`` for the apex subprocess only; an importable legacy apex.amp is used as is.
+CUDA extensions, so apex runs its Python-fallback unscale; run_scripts/gpu_bundle.sh makes it), found as
+``--apex-wheel``, ``$AMP_ORACLE_APEX_WHEEL``, ``third_party_wheels/apex-*.whl``, the bundle's
+``third_party_wheels/gpu_bundle/apex/`` or ``~/.cache/clipbert-legacy/apex/``, and unpacked under ``--out``
+for the apex subprocess only (the inherited PYTHONPATH stays behind it); an importable legacy apex.amp is
+used as is. Without one: exit 1, or with ``--if-no-apex skip`` a report with status ``skipped``.
+O2 runs first, then O1; the two sides of a level run in parallel (deterministic kernels, separate
+processes); the report (``--result``, default ``<out>/amp_oracle.json``) is rewritten after each level.
 
     python benchmarks/amp_oracle.py --steps 300 [--out output/amp_oracle]   # needs CUDA + the wheel
     python benchmarks/amp_oracle.py --cpu-dry-run                           # our side on CPU, seconds
@@ -51,7 +55,7 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO, "benchmarks", "_amp_oracle_worker.py")
-LEVELS = ("O1", "O2")
+LEVELS = ("O2", "O1")  # O2 (ClipBERT's --fp16 1) first: it matters more
 LOSS_RTOL = GRAD_NORM_RTOL = 2.0 ** -10
 WEIGHT_ATOL = 1e-3
 INIT_SCALE, MAX_SCALE = 2.0 ** 16, 2.0 ** 24  # apex's dynamic scaler defaults (kept by initialize)
@@ -174,7 +178,9 @@ def default_inject(steps: int) -> list[int]:
 def run_side(level: str, backend: str, a, out_dir: str, extra_env: dict) -> subprocess.Popen:
     """Start one side's worker; its result goes to ``<out>/<level>_<backend>.pt``."""
     env = {**os.environ, **extra_env, "AMP_BACKEND": backend}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_env.get("PYTHONPATH"), REPO) if p)
+    # the apex side's unpacked wheel first, then the checkout, then what the caller had (pip --target dirs)
+    inherited = os.environ.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_env.get("PYTHONPATH"), REPO, inherited) if p)
     cmd = [sys.executable, WORKER, "--opt-level", level, "--steps", str(a.steps), "--window", str(a.window),
            "--out", os.path.join(out_dir, f"{level}_{backend}.pt"), "--inject", *map(str, a.inject)]
     log = open(os.path.join(out_dir, f"{level}_{backend}.log"), "w")
@@ -197,19 +203,18 @@ def wait_side(proc: subprocess.Popen, timeout: float, out_dir: str, level: str, 
     return torch.load(path, weights_only=False)
 
 
-def find_apex(a, out_dir: str) -> tuple[dict, str]:
-    """(extra env for the apex side, where apex comes from); SystemExit with how to build it if absent."""
+def find_apex(a, out_dir: str) -> tuple[dict, str] | None:
+    """(extra env for the apex side, where apex comes from), or None where no legacy apex is found."""
     probe = "import apex.amp as m; assert all(hasattr(m, f) for f in ('initialize', 'scale_loss'))"
     if subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0:
         return {}, "installed apex"
     cands = [a.apex_wheel, os.environ.get("AMP_ORACLE_APEX_WHEEL")]
     cands += sorted(glob.glob(os.path.join(REPO, "third_party_wheels", "apex-*.whl")))
+    cands += sorted(glob.glob(os.path.join(REPO, "third_party_wheels", "gpu_bundle", "apex", "apex-*.whl")))
     cands += sorted(glob.glob(os.path.expanduser("~/.cache/clipbert-legacy/apex/apex-*.whl")))
     wheel = next((c for c in cands if c and os.path.isfile(c)), None)
     if wheel is None:
-        raise SystemExit("amp_oracle: no legacy apex.amp: build apex's pure-Python wheel from a tag that "
-                         "still has apex/amp (25.04 or earlier): pip wheel --no-deps --no-build-isolation "
-                         "<apex source> -w third_party_wheels/  (or pass --apex-wheel)")
+        return None
     site = os.path.join(out_dir, "apex_site")
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site)
@@ -269,30 +274,51 @@ def side_summary(res: dict) -> dict:
             "records": recs}
 
 
-def write_json(out_dir: str, report: dict) -> str:
-    path = os.path.join(out_dir, "amp_oracle.json")
-    with open(path, "w") as f:
+def write_json(a, report: dict) -> str:
+    """The report (``--result``, else ``<out>/amp_oracle.json``), rewritten whole after every level."""
+    path = a.result or os.path.join(a.out, "amp_oracle.json")
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
         json.dump(report, f, indent=1, default=str)
+    os.replace(tmp, path)
     return path
+
+
+def no_apex(a) -> int:
+    """No legacy apex.amp: a recorded skip (``--if-no-apex skip``) or exit 1 saying how to get one."""
+    how = ("build apex's pure-Python wheel (run_scripts/gpu_bundle.sh, or APEX_SRC=<apex 25.04 source> "
+           "run_scripts/gpu_bundle.sh on any machine) and pass --apex-wheel")
+    if a.if_no_apex == "fail":
+        print(f"amp_oracle: no legacy apex.amp: {how}", file=sys.stderr)
+        return 1
+    os.makedirs(a.out, exist_ok=True)
+    write_json(a, {"part": "amp_oracle", "status": "skipped", "reason": a.skip_reason, "how": how})
+    print(f"amp_oracle: {a.skip_reason}")
+    return 0
 
 
 # ------------------------------------------------------------------------------------------ modes
 def gpu_compare(a) -> int:
-    """Both backends at O1 and O2 on the GPU; exit status 0 when every level passes."""
+    """Both backends per opt level (O2 first) on the GPU, the two sides of a level in parallel; exit status
+    0 when every level passes. The report is written after each level."""
     if not torch.cuda.is_available():
         raise SystemExit(f"amp_oracle: no CUDA device ({APEX_NEEDS_CUDA}); run --cpu-dry-run instead")
     os.makedirs(a.out, exist_ok=True)
-    apex_env, apex_from = find_apex(a, a.out)
+    found = find_apex(a, a.out)
+    if found is None:
+        return no_apex(a)
+    apex_env, apex_from = found
     det = {"AMP_ORACLE_DETERMINISTIC": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
-    report = {"mode": "gpu", "steps": a.steps, "window": a.window, "inject": a.inject, "apex_from": apex_from,
-              "gpu": torch.cuda.get_device_name(0), "tolerances": {"loss_rel": LOSS_RTOL,
-              "grad_norm_rel": GRAD_NORM_RTOL, "weights_abs": WEIGHT_ATOL}, "levels": {}}
+    report = {"part": "amp_oracle", "status": "running", "mode": "gpu", "steps": a.steps, "window": a.window,
+              "inject": a.inject, "apex_from": apex_from, "gpu": torch.cuda.get_device_name(0),
+              "tolerances": {"loss_rel": LOSS_RTOL, "grad_norm_rel": GRAD_NORM_RTOL,
+                             "weights_abs": WEIGHT_ATOL},
+              "levels": {}}
     for level in a.levels:
         t0 = time.time()
-        sides = {}
-        for backend, env in (("native", det), ("apex", {**det, **apex_env})):
-            proc = run_side(level, backend, a, a.out, env)
-            sides[backend] = wait_side(proc, a.timeout, a.out, level, backend)
+        envs = {"native": det, "apex": {**det, **apex_env}}
+        procs = {b: run_side(level, b, a, a.out, env) for b, env in envs.items()}
+        sides = {b: wait_side(p, a.timeout, a.out, level, b) for b, p in procs.items()}
         c = compare(sides["native"], sides["apex"])
         for backend, res in sides.items():
             c[f"{backend}_checks"] = side_checks(res, a.window, a.inject, exact_skips=False)
@@ -300,11 +326,27 @@ def gpu_compare(a) -> int:
         c["seconds"] = round(time.time() - t0, 1)
         c["sides"] = {b: side_summary(r) for b, r in sides.items()}
         report["levels"][level] = c
+        write_json(a, report)
         print("\n".join(step_table(level, sides, every=max(1, a.steps // 10))), flush=True)
     report["pass"] = all(c["pass"] for c in report["levels"].values())
+    report["status"] = "ok" if report["pass"] else "failed"
     print("\n".join(summary_rows(report["levels"])))
-    print(f"amp_oracle: {'PASS' if report['pass'] else 'FAIL'}; report {write_json(a.out, report)}")
+    print(f"amp_oracle: {'PASS' if report['pass'] else 'FAIL'}; report {write_json(a, report)}")
     return 0 if report["pass"] else 1
+
+
+def apex_import_check(a) -> dict:
+    """CPU dry run: does the found apex import beside this torch (its amp cannot run on CPU)?"""
+    found = find_apex(a, a.out)
+    if found is None:
+        return {"found": False, "reason": a.skip_reason}
+    env = {**os.environ, **found[0]}
+    paths = (found[0].get("PYTHONPATH"), os.environ.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    probe = "import apex, apex.amp as m; print(apex.__file__); assert hasattr(m, 'initialize')"
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    return {"found": True, "from": found[1], "imports": p.returncode == 0,
+            "detail": (p.stdout + p.stderr).strip()[-1500:]}
 
 
 def cpu_dry_run(a) -> int:
@@ -315,7 +357,9 @@ def cpu_dry_run(a) -> int:
     env = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     procs = {level: run_side(level, "native", a, a.out, env) for level in a.levels}
     sides = {level: wait_side(p, a.timeout, a.out, level, "native") for level, p in procs.items()}
-    report = {"mode": "cpu-dry-run", "apex": f"skipped: {APEX_NEEDS_CUDA}", "steps": a.steps,
+    report = {"part": "amp_oracle", "status": "running", "mode": "cpu-dry-run",
+              "apex": f"side skipped: {APEX_NEEDS_CUDA}", "apex_import": apex_import_check(a),
+              "steps": a.steps,
               "window": a.window, "inject": a.inject, "levels": {}}
     for level, res in sides.items():
         checks = side_checks(res, a.window, a.inject, exact_skips=True)
@@ -325,9 +369,11 @@ def cpu_dry_run(a) -> int:
         print("\n".join(step_table(level, {"ours": res}, every=1)))
         print(f"{level}: " + ", ".join(f"{k}={v}" for k, v in checks.items()))
     report["seconds"] = round(time.time() - t0, 1)
-    report["pass"] = all(v["pass"] for v in report["levels"].values())
+    imports = report["apex_import"]["imports"] if report["apex_import"]["found"] else True
+    report["pass"] = all(v["pass"] for v in report["levels"].values()) and imports
+    report["status"] = "ok" if report["pass"] else "failed"
     print(f"amp_oracle dry run: {'PASS' if report['pass'] else 'FAIL'} in {report['seconds']} s; "
-          f"report {write_json(a.out, report)}")
+          f"report {write_json(a, report)}")
     return 0 if report["pass"] else 1
 
 
@@ -340,7 +386,11 @@ def parse_args(argv=None):
     ap.add_argument("--inject", type=int, nargs="*", default=None, help="1-based steps whose loss overflows")
     ap.add_argument("--out", default=os.path.join(REPO, "output", "amp_oracle"))
     ap.add_argument("--apex-wheel", default=None, help="apex's pure-Python wheel (else searched)")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds per side")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per side")
+    ap.add_argument("--result", default=None, help="the JSON report (default <out>/amp_oracle.json)")
+    ap.add_argument("--if-no-apex", choices=("fail", "skip"), default="fail",
+                    help="without a legacy apex: exit 1 (default) or write a skipped report and exit 0")
+    ap.add_argument("--skip-reason", default="skipped: no legacy apex.amp found", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     base = DRY_RUN if a.cpu_dry_run else {"steps": 300, "window": 20}
     a.steps = a.steps or base["steps"]
@@ -353,6 +403,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if os.environ.get("GPU_CHECK_FAIL_PART") == "amp_oracle":  # the GPU check's forced failure (its CI test)
+        raise RuntimeError("forced failure of part 'amp_oracle' (GPU_CHECK_FAIL_PART=amp_oracle)")
     return cpu_dry_run(a) if a.cpu_dry_run else gpu_compare(a)
 
 

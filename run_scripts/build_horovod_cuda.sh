@@ -1,52 +1,69 @@
 #!/usr/bin/env bash
-# Build Horovod 0.28.1 with NCCL (GPU) + Gloo (CPU) against PyPI's CUDA torch 2.13.0 and the NCCL wheel
-# that torch itself depends on (nvidia-nccl-cu13), so Horovod and torch load one libnccl.so.2.
-# A GPU is not needed: this only needs nvcc (CUDA 13). Used by docker/Dockerfile and opt-in on a host
-# (not part of CI: the CUDA torch download is several GB and the compile takes minutes).
+# Build Horovod 0.28.1 with NCCL (GPU) + Gloo (CPU) against the machine's own CUDA torch (whatever
+# version it is; nothing here installs or replaces torch) and the NCCL wheel that torch itself depends
+# on (nvidia-nccl-cu*), so Horovod and torch load one libnccl.so.2; a system NCCL is the fallback.
+# A GPU is not needed: this only needs nvcc. Used by docker/Dockerfile and by run_scripts/gpu_check.sh on
+# a GPU node (offline, from the bundle's sdist); opt-in on a host (not part of CI).
 #
-#   VENV_DIR   venv to build into (default ~/.cache/clipbert-legacy/cuda-build/venv, created with $PYTHON);
-#              an existing venv with a CUDA torch is used as it is (the Docker image's /opt/venv)
-#   PYTHON     interpreter for a new venv (default python3)
-#   TORCH_SPEC torch requirement for a new venv (default torch==2.13.0)
+#   VENV_DIR   the env whose torch Horovod is built against and installed into (the Docker image's
+#              /opt/venv); unset: the interpreter PYTHON (default python3) as it is
+#   HOROVOD_SDIST  a local horovod-0.28.1.tar.gz (offline; passed on to install_horovod.sh)
 #   HOROVOD_BUILD_CUDA_CC_LIST  compute capabilities (default 75,80,86,89,90,100,120: CUDA 13 has no sm_70;
-#              without the list Horovod compiles for every arch nvcc knows)
+#              without the list Horovod compiles for every arch nvcc knows; gpu_check.sh: the local GPU's)
+#   ALLOW_CUDA_MISMATCH=1  warn instead of stopping when torch's CUDA major differs from nvcc's (two CUDA
+#              runtimes in one process usually work; gpu_check.sh sets it and records both versions)
 #   APEX_TAG   also build NVIDIA apex at this tag (25.05 or older: still has apex.amp) with --cpp_ext
 #              --cuda_ext for the same archs; empty (default) = no apex. APEX_REPO: where to clone it from
 #              (default https://github.com/NVIDIA/apex; a local clone or mirror works offline)
-# The fixes for torch >= 2.1 (C++17, Gloo C++17, CMake 3.x) are applied by install_horovod.sh.
+# The fixes for torch >= 2.1 (C++17, Gloo C++17, CMake 4) are applied by install_horovod.sh.
 # Prints hvd.nccl_built() (fails if NCCL was not built in) and, with APEX_TAG, imports apex's kernels.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/clipbert-legacy"
-export VENV_DIR="${VENV_DIR:-$CACHE_ROOT/cuda-build/venv}"
-TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 export HOROVOD_BUILD_CUDA_CC_LIST="${HOROVOD_BUILD_CUDA_CC_LIST:-75,80,86,89,90,100,120}"
-VPY="$VENV_DIR/bin/python"
+if [ -n "${VENV_DIR:-}" ]; then
+  VPY="$VENV_DIR/bin/python"
+else
+  VPY="$(command -v "${PYTHON:-python3}")" || { echo "[build_horovod_cuda] ERROR: no ${PYTHON:-python3} on PATH (set PYTHON or VENV_DIR)" >&2; exit 1; }
+fi
 PIP=("$VPY" -m pip --disable-pip-version-check --no-cache-dir)
 log() { echo "[build_horovod_cuda] $(date +%T) $*"; }
 die() { echo "[build_horovod_cuda] ERROR: $*" >&2; exit 1; }
 
-command -v nvcc >/dev/null 2>&1 || die "nvcc not found: install a CUDA 13 toolkit (or use the devel image)"
+[ -x "$VPY" ] || die "no python at $VPY (set VENV_DIR or PYTHON)"
+if ! command -v nvcc >/dev/null 2>&1 && [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
+  export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"  # a toolkit that is installed but not on PATH
+fi
+command -v nvcc >/dev/null 2>&1 || die "nvcc not found: install a CUDA toolkit (or use the devel image)"
 nvcc_major="$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
-if [ ! -x "$VPY" ]; then
-  log "creating $VENV_DIR with ${PYTHON:-python3}"
-  "${PYTHON:-python3}" -m venv "$VENV_DIR"
-fi
-if ! "$VPY" -c "import torch" 2>/dev/null; then
-  log "installing $TORCH_SPEC (PyPI's CUDA build, several GB) and numpy"
-  "${PIP[@]}" install -q "$TORCH_SPEC" numpy
-fi
+"$VPY" -c "import torch" || die "$VPY cannot import torch: install a CUDA torch there first (this script never installs torch)"
 torch_cuda="$("$VPY" -c 'import torch; print(torch.version.cuda or "")')"
-[ -n "$torch_cuda" ] || die "torch in $VENV_DIR is a CPU build; install a CUDA one (TORCH_SPEC, pip index)"
-[ "${torch_cuda%%.*}" = "$nvcc_major" ] \
-  || die "torch is built for CUDA $torch_cuda but nvcc is CUDA $nvcc_major: use a CUDA ${torch_cuda%%.*} toolkit"
+[ -n "$torch_cuda" ] || die "torch in $VPY is a CPU build; install a CUDA one (TORCH_SPEC, pip index)"
+if [ "${torch_cuda%%.*}" != "$nvcc_major" ]; then
+  msg="torch is built for CUDA $torch_cuda but nvcc is CUDA $nvcc_major"
+  [ "${ALLOW_CUDA_MISMATCH:-0}" = 1 ] || die "$msg: use a CUDA ${torch_cuda%%.*} toolkit (or ALLOW_CUDA_MISMATCH=1)"
+  log "WARNING: $msg (ALLOW_CUDA_MISMATCH=1: building anyway)"
+fi
 
-# NCCL: torch's own wheel (headers + libnccl.so.2); Horovod's FindNCCL looks for libnccl.so.
-nccl_home="$("$VPY" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')" \
-  || die "torch's nvidia-nccl wheel is not installed in $VENV_DIR"
-[ -f "$nccl_home/include/nccl.h" ] || die "no include/nccl.h under $nccl_home"
-[ -e "$nccl_home/lib/libnccl.so" ] || ln -s libnccl.so.2 "$nccl_home/lib/libnccl.so"
-export HOROVOD_NCCL_HOME="$nccl_home" HOROVOD_NCCL_LINK=SHARED HOROVOD_GPU_OPERATIONS=NCCL
+# NCCL: torch's own wheel (headers + libnccl.so.2; Horovod's FindNCCL looks for libnccl.so), else the system's
+if nccl_home="$("$VPY" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)" \
+   && [ -f "$nccl_home/include/nccl.h" ]; then
+  if [ ! -e "$nccl_home/lib/libnccl.so" ] && ! ln -s libnccl.so.2 "$nccl_home/lib/libnccl.so" 2>/dev/null; then
+    # torch's site-packages is read-only here: the unversioned name in a private folder instead
+    link_dir="$(mktemp -d)"
+    mkdir "$link_dir/lib" && ln -s "$nccl_home/include" "$link_dir/include"
+    ln -s "$nccl_home/lib/libnccl.so.2" "$link_dir/lib/libnccl.so"
+    ln -s "$nccl_home/lib/libnccl.so.2" "$link_dir/lib/libnccl.so.2"
+    nccl_home="$link_dir"
+  fi
+  export HOROVOD_NCCL_HOME="$nccl_home"
+else
+  nccl_home="${NCCL_HOME:-/usr}"
+  [ -f "$nccl_home/include/nccl.h" ] \
+    || die "no NCCL: neither torch's nvidia-nccl wheel nor $nccl_home/include/nccl.h (set NCCL_HOME)"
+  [ "$nccl_home" = /usr ] || export HOROVOD_NCCL_HOME="$nccl_home"
+  log "torch's NCCL wheel not found: using the NCCL at $nccl_home"
+fi
+export HOROVOD_NCCL_LINK=SHARED HOROVOD_GPU_OPERATIONS=NCCL
 # nvcc may be a wrapper script: ask the compiler where its toolkit is
 cuda_top="$(nvcc -v -E -x c /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')"
 export HOROVOD_CUDA_HOME="${HOROVOD_CUDA_HOME:-${CUDA_HOME:-$(readlink -f "${cuda_top:-/usr/local/cuda}")}}"
@@ -55,10 +72,10 @@ export HOROVOD_CUDA_HOME="${HOROVOD_CUDA_HOME:-${CUDA_HOME:-$(readlink -f "${cud
 # in /usr/local/bin gave /usr/local and "FOUND_LIB_cudart NOTFOUND"; pin it to the real toolkit
 export CUDA_HOME="$HOROVOD_CUDA_HOME"
 log "torch $("$VPY" -c 'import torch; print(torch.__version__)') (CUDA $torch_cuda), nvcc $nvcc_major," \
-    "NCCL $("$VPY" -m pip show nvidia-nccl-cu13 2>/dev/null | sed -n 's/^Version: //p') at $nccl_home," \
+    "NCCL $("$VPY" -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))' 2>/dev/null) at $nccl_home," \
     "CUDA_HOME $HOROVOD_CUDA_HOME, archs $HOROVOD_BUILD_CUDA_CC_LIST"
 t0=$(date +%s)
-"$REPO/run_scripts/install_horovod.sh"
+HOROVOD_PYTHON="$VPY" "$REPO/run_scripts/install_horovod.sh"
 "$VPY" - <<'PY' || die "Horovod was built without NCCL"
 import sys
 import horovod.torch as hvd

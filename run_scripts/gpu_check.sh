@@ -1,52 +1,23 @@
 #!/usr/bin/env bash
-# One prepared check for a CUDA machine (no network needed; about 5 minutes on one GPU):
-#   1. the tests that need a GPU (they skip on CPU machines)
-#   2. benchmarks/gpu_check.py: fp32 vs amp O2 vs amp O1 vs bf16 step time and peak memory on the base
-#      model at ClipBERT's MSRVTT input, the FusedLayerNorm path, the CUDA PrefetchLoader, a 1-process
-#      torchrun NCCL init, data-loader clips/s vs GPU steps/s -> OUT/gpu_check.json + gpu_check.md
-#   3. benchmarks/amp_oracle.py --steps 300 (real apex.amp vs ours), when that script is present
+# The GPU check: one command on a (possibly offline) GPU node, about 9 minutes at most, results first.
 #
-#   ./run_scripts/gpu_check.sh [--cpu-dry-run] [--out DIR]     (default DIR: output/gpu_check)
-# --cpu-dry-run: the same code paths on CPU with the tiny model (CI runs it: tests/test_gpu_check.py).
-# The env is VENV_DIR (default <repo>/.venv; /opt/venv in the Docker image); PYTHON overrides it.
-set -uo pipefail
+#   ./run_scripts/gpu_check.sh [--out DIR] [--bundle DIR] [--parts env,amp_o2,...] [--cpu-dry-run]
+#
+# DIR (default output/gpu_check) gets one JSON file per part the moment the part has figures, and
+# summary.md after each part (8 files): 1 env, 2 amp O2 vs fp32, 3 bf16 (+ fp32 TF32), 4 real-apex
+# oracle (O2, O1), 5 the GPU tests, 6 loader clips/s, 7 torchrun NCCL + Horovod built with NCCL and
+# horovodrun --fp16 1 steps. A part that fails records its error and the next part runs.
+# --bundle (default third_party_wheels/gpu_bundle, made by run_scripts/gpu_bundle.sh on a machine with
+# network) is installed first into this python, only the packages it lacks (pip --no-index --no-deps).
+# --cpu-dry-run: every part on CPU with the tiny model (CI: tests/test_gpu_check_node.py).
+# The interpreter: PYTHON, else VENV_DIR's (default <repo>/.venv) where it exists, else python3 (a GPU
+# node's own python with its CUDA torch).
+set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
-PY="${PYTHON:-${VENV_DIR:-$REPO/.venv}/bin/python}"
-# the checkout importable without `pip install -e .` (an offline GPU machine with wheels only)
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+venv_py="${VENV_DIR:-$REPO/.venv}/bin/python"
+if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"; elif [ -x "$venv_py" ]; then PY="$venv_py"; else PY=python3; fi
+# the checkout importable without `pip install -e .`, and benchmarks/ for the parts' shared workers
+export PYTHONPATH="$REPO:$REPO/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-DRY=0
-for arg in "$@"; do [ "$arg" = --cpu-dry-run ] && DRY=1; done
-log() { echo "[gpu_check.sh] $*"; }
-failed=()
-
-if [ "$DRY" = 0 ] && ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  echo "[gpu_check.sh] ERROR: torch sees no CUDA device ($PY); use --cpu-dry-run on a CPU machine" >&2
-  exit 1
-fi
-
-log "1/3 GPU-only tests"
-mapfile -t ids < <("$PY" benchmarks/gpu_check.py --list-cuda-tests)
-if [ "${#ids[@]}" -eq 0 ]; then
-  log "no GPU-only tests found"
-else
-  "$PY" -m pytest -q -rs -p no:cacheprovider "${ids[@]}" || failed+=("GPU-only tests")
-fi
-
-log "2/3 precision / memory / loader / torchrun check"
-"$PY" benchmarks/gpu_check.py "$@" || failed+=("benchmarks/gpu_check.py")
-
-log "3/3 apex.amp oracle"
-if [ -f benchmarks/amp_oracle.py ]; then
-  if [ "$DRY" = 1 ]; then oracle=(--cpu-dry-run); else oracle=(--steps 300); fi
-  "$PY" benchmarks/amp_oracle.py "${oracle[@]}" || failed+=("benchmarks/amp_oracle.py ${oracle[*]}")
-else
-  log "skipped: benchmarks/amp_oracle.py is not in this checkout"
-fi
-
-if [ "${#failed[@]}" -gt 0 ]; then
-  echo "[gpu_check.sh] FAILED: ${failed[*]}" >&2
-  exit 1
-fi
-log "all parts passed"
+exec "$PY" "$REPO/benchmarks/gpu_check.py" "$@"
