@@ -7,7 +7,7 @@ from src.utils.errors import UserError
 
 SHM_DIR = "/dev/shm"
 MIN_SHM_MB = 256  # below this the demo's frame-QA inference already fails (Docker's default: 64 MB)
-WORKER_TIMEOUT_S = 600  # seconds a loader waits for one batch of its workers (CLIPBERT_LOADER_TIMEOUT_S)
+WORKER_TIMEOUT_S = 300  # seconds a loader waits for one batch of its workers (CLIPBERT_LOADER_TIMEOUT_S)
 
 
 class SharedMemoryError(UserError, RuntimeError):
