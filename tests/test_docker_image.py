@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.docker
+# the first test includes the image build and the quickstart (pyproject's --timeout=600 is per test)
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(3600)]
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "clipbert-legacy:test"
 BASE = "local/debian:bookworm"
