@@ -7,6 +7,7 @@ image, the image holds none of the build extras, and a run under Docker's defaul
 once with the one-line error. Skipped, saying why, where no daemon answers and none can be started (root
 and dockerd), or where the base image is missing and cannot be made (root and debootstrap).
 """
+import importlib.util
 import os
 import shutil
 import signal
@@ -98,10 +99,22 @@ def test_build_local_builds_the_image_and_runs_the_quickstart_in_it(demo):
     assert (qs / "ret_train.wall").is_file()
 
 
+def _host_ca_mount():
+    """docker run arguments that give pip in the container the CA bundle pip uses here (a proxy's CA)."""
+    spec = importlib.util.spec_from_file_location("check_stack", REPO / "docker/check_stack.py")
+    stack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stack)
+    cert = stack._pip_setting("cert")
+    if not cert or not os.path.isfile(cert):
+        return []
+    return ["-v", f"{os.path.realpath(cert)}:/etc/host-pip-ca.crt:ro", "-e", "PIP_CERT=/etc/host-pip-ca.crt"]
+
+
 def test_the_container_sensitive_tests_pass_inside_the_image(demo):
     assert demo["p"].returncode == 0, "the image did not build (see the previous test)"
-    p = _docker("run", "--rm", "--network", "host", "--ipc=host", "-e", "SKIP_SYSTEM_PACKAGES=1", IMAGE,
-                "./run_scripts/test.sh", "-p", "no:cacheprovider", "-rs", *IN_IMAGE_TESTS, timeout=1500)
+    p = _docker("run", "--rm", "--network", "host", "--ipc=host", "-e", "SKIP_SYSTEM_PACKAGES=1",
+                *_host_ca_mount(), IMAGE, "./run_scripts/test.sh", "-p", "no:cacheprovider", "-rs",
+                *IN_IMAGE_TESTS, timeout=1500)
     tail = p.stdout[-4000:] + p.stderr[-2000:]
     assert p.returncode == 0, tail
     assert " passed" in p.stdout and " failed" not in p.stdout, tail
@@ -111,12 +124,14 @@ def test_the_container_sensitive_tests_pass_inside_the_image(demo):
 def test_the_image_holds_no_build_extras(demo):
     assert demo["p"].returncode == 0, "the image did not build"
     p = _docker("run", "--rm", "--network", "none", IMAGE, "sh", "-c",
-                "ls /clipbert/docker; find / -xdev \\( -name 'build-extras' -o -name 'build_extras' "
-                "-o -name 'torch-*.whl' \\) -print; pip config list")
+                "ls -A /clipbert/docker/build_extras; echo ---; find / -xdev \\( -name build-extras "
+                "-o -name 'torch-*.whl' -o -name pip.conf -o -name ca.crt \\) -print; echo ---; "
+                "pip config list")
     assert p.returncode == 0, p.stderr
-    assert "launch_container.sh" in p.stdout
-    assert "build_extras" not in p.stdout and "build-extras" not in p.stdout and ".whl" not in p.stdout
-    assert "cert" not in p.stdout and "find-links" not in p.stdout
+    extras, found, pip_config = p.stdout.split("---\n")
+    assert extras.split() == ["README.md"]  # as in git: the staged pip.conf, CA and wheels are not there
+    assert found.strip() == "", found
+    assert "cert" not in pip_config and "find-links" not in pip_config and "index-url" not in pip_config
 
 
 def test_a_small_dev_shm_ends_the_run_at_once_with_one_line(demo):
