@@ -17,6 +17,16 @@ requires_horovod = pytest.mark.skipif(
     reason="Horovod not installed (run ./run_scripts/setup_env.sh)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``docker`` (image builds, minutes each) run only when asked for: ``pytest -m docker``."""
+    if "docker" in (config.option.markexpr or ""):
+        return
+    keep = [i for i in items if i.get_closest_marker("docker") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+
+
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
     """A throwaway sshd on the loopback hosts 127.0.0.1/127.0.0.2 (tests/multinode_utils.py); skips,

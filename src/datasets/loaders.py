@@ -8,6 +8,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from src.datasets.image_ops import ImageNorm
 from src.utils.device import move_to_device
+from src.utils.loader_workers import worker_settings
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +29,9 @@ def build_dataloader(dataset, collate_fn, batch_size, is_train, num_workers=0, p
                                  drop_last=drop_last)
     gen = torch.Generator()
     gen.manual_seed(seed + 1000 * rank)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                      pin_memory=pin_memory, collate_fn=collate_fn, drop_last=drop_last, generator=gen,
-                      persistent_workers=False)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, pin_memory=pin_memory,
+                      collate_fn=collate_fn, drop_last=drop_last, generator=gen, persistent_workers=False,
+                      **worker_settings(num_workers))
 
 
 def _sampler_of(loader):

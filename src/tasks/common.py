@@ -32,6 +32,7 @@ from src.training.preemption import Preempted
 from src.utils.device import num_workers
 from src.utils.distributed import all_gather_list
 from src.utils.errors import UserError, one_line
+from src.utils.loader_workers import worker_settings
 from src.utils.logger import setup_logging
 from src.utils.progress import Progress
 
@@ -140,7 +141,7 @@ class ClipBertTask(Task):
             indices = shard_indices(len(dataset), hvd.rank(), hvd.size())
         pin = bool(cfg.pin_mem) and torch.cuda.is_available()
         loader = DataLoader(dataset, batch_size=batch_size, sampler=indices, collate_fn=collate_fn,
-                            num_workers=num_workers(cfg.n_workers), pin_memory=pin, drop_last=False)
+                            pin_memory=pin, drop_last=False, **worker_settings(num_workers(cfg.n_workers)))
         return PrefetchLoader(loader, self.img_norm(cfg), self.device())
 
     # -- inference ---------------------------------------------------------------------------

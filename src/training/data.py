@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
+from src.utils.loader_workers import worker_settings
+
 
 def _seed_all(seed):
     random.seed(seed)
@@ -183,5 +185,5 @@ def build_train_dataloader(dataset, sampler, batch_size, collate_fn=None, n_work
     g = torch.Generator()
     g.manual_seed(seed)
     return DataLoader(SeededDataset(dataset), batch_size=batch_size, sampler=sampler,
-                      collate_fn=collate_fn, num_workers=n_workers, pin_memory=pin_mem, drop_last=False,
-                      generator=g)
+                      collate_fn=collate_fn, pin_memory=pin_mem, drop_last=False, generator=g,
+                      **worker_settings(n_workers))

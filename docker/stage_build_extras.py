@@ -1,0 +1,101 @@
+"""Hand this host's pip setup to an image build without it landing in the image.
+
+The legacy builder (Debian's docker.io has no buildx, so no BuildKit secrets or bind mounts) runs RUN steps
+that cannot see the host's pip configuration, CA bundle or local wheels. This writes them into
+``docker/build_extras/`` (git-ignored; part of the build context): ``pip.conf`` (the host's index URLs that
+a container can reach, ``cert`` and ``find-links`` rewritten to the copies below), ``ca.crt`` and
+``wheels/`` (the ``*.whl`` of the host's local find-links folders, hard-linked when possible). Only the
+Dockerfile's ``env`` stage reads the folder (through docker/with_build_extras.sh); the final stage copies
+the sources from a stage that deleted it, so no layer of the image holds it.
+
+    python docker/stage_build_extras.py [--wheels DIR ...] [--no-host-pip]
+
+Prints one line per item (what was passed, what was left out and why). ``file://`` indexes are left out:
+they are folders of this host; put the wheels the build needs in a ``--wheels`` folder instead.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+EXTRAS = Path(__file__).resolve().parent / "build_extras"
+IN_BUILD = "/tmp/build-extras"  # where the Dockerfile's env stage puts the folder
+KEEP = "README.md"
+
+
+def host_pip_config() -> dict[str, str]:
+    """pip's merged configuration (files, then PIP_* variables), keys without their section."""
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                         check=True).stdout
+    cfg = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        cfg[key.split(".", 1)[-1]] = value.strip().strip("'\"")
+    for key in ("index-url", "extra-index-url", "find-links", "cert", "timeout", "trusted-host"):
+        env = os.environ.get("PIP_" + key.upper().replace("-", "_"))
+        if env:
+            cfg[key] = env
+    return cfg
+
+
+def _link_or_copy(src: Path, dst: Path):
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS) -> list[str]:
+    """Write pip.conf / ca.crt / wheels/ into ``out`` (emptied first, README kept); returns the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    for p in out.iterdir():
+        if p.name != KEEP:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    report, lines = [], ["[global]"]
+    urls = cfg.get("index-url", "").split() + cfg.get("extra-index-url", "").split()
+    local = [u for u in urls if not u.startswith(("http://", "https://"))]
+    remote = [u for u in urls if u not in local]
+    if cfg.get("index-url", "").startswith(("http://", "https://")):
+        lines.append(f"index-url = {cfg['index-url']}")
+    extra = [u for u in remote if u != cfg.get("index-url")]
+    if extra:
+        lines.append("extra-index-url = " + " ".join(extra))
+    report += [f"index {u}: passed" for u in remote]
+    report += [f"index {u}: left out (a folder of this host; pass its wheels with --wheels)" for u in local]
+    for key in ("timeout", "trusted-host"):
+        if cfg.get(key):
+            lines.append(f"{key} = {cfg[key]}")
+    cert = cfg.get("cert") or os.environ.get("SSL_CERT_FILE") or os.environ.get("REQUESTS_CA_BUNDLE")
+    if cert and Path(cert).is_file():
+        shutil.copyfile(cert, out / "ca.crt")
+        lines.append(f"cert = {IN_BUILD}/ca.crt")
+        report.append(f"CA bundle {cert}: passed")
+    dirs = wheel_dirs + [d for d in cfg.get("find-links", "").split() if Path(d).is_dir()]
+    wheels = sorted({w.name: w for d in dirs for w in Path(d).glob("*.whl")}.values())
+    if wheels:
+        (out / "wheels").mkdir()
+        for w in wheels:
+            _link_or_copy(w, out / "wheels" / w.name)
+        lines.append(f"find-links = {IN_BUILD}/wheels")
+        report.append(f"{len(wheels)} local wheel(s) from {', '.join(dirs)}: passed")
+    (out / "pip.conf").write_text("\n".join(lines) + "\n")
+    return report
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--wheels", action="append", default=[], help="a folder of wheels for the build")
+    ap.add_argument("--no-host-pip", action="store_true", help="ignore this host's pip configuration")
+    a = ap.parse_args(argv)
+    for d in a.wheels:
+        if not Path(d).is_dir():
+            sys.exit(f"[stage_build_extras] ERROR: --wheels {d}: not a folder")
+    for line in stage({} if a.no_host_pip else host_pip_config(), a.wheels):
+        print(f"[stage_build_extras] {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
