@@ -94,6 +94,8 @@ SHARED_OPTIONS = [
     O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
     O("early_stop_patience", int, -1, "stop after this many validations without improvement; -1 off",
       group="product"),
+    O("early_stop_min_delta", float, 0.0, "an improvement of best_metric by this much or less does not reset "
+      "early_stop_patience (it still updates model_best.pt)", min=0.0, group="product"),
     O("best_metric", str, None, "validation metric for the best checkpoint (task default if unset)",
       group="product"),
     O("best_metric_mode", str, "auto", "max|min; auto: min for loss/medianR/meanR, else max",

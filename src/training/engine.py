@@ -67,7 +67,7 @@ from src.training.preemption import StopSignals, stop_on_signal
 from src.training.run_dir import RunDirectory, check_same_restore_state
 from src.training.state import TrainerState
 from src.training.task import Task
-from src.utils.device import move_to_device, num_workers, training_device
+from src.utils.device import memory_mb, move_to_device, num_workers, reset_peak_memory, training_device
 from src.utils.errors import RunDirError, UserError, write_error
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
 from src.utils.misc import NoOp, set_random_seed, zero_none_grad
@@ -99,6 +99,7 @@ class StepResult:
     extras: dict = field(default_factory=dict)  # extra scalars the task's forward returned
     comm_wait: float = 0.0  # of which blocked in the gradient allreduce after the last backward
     stop_requested: bool = False  # a rank received SIGTERM/SIGUSR1/SIGINT (src.training.preemption)
+    memory_mb: float = 0.0  # this rank's peak CUDA memory in the step, or its RSS on the CPU
 
 
 class Trainer(TrainerState):
@@ -117,7 +118,7 @@ class Trainer(TrainerState):
         self.global_step = self.epoch = self.examples_in_epoch = 0
         self.elastic = horovod_elastic()
         self._started = False
-        self.best = {"metric": None, "value": None, "step": None, "bad_validations": 0}
+        self.best = {"metric": None, "value": None, "step": None, "bad_validations": 0, "patience_ref": None}
         self.finished = False
         self.last_metrics: dict | None = None
         self.model = self.optimizer = self.plan = None
@@ -144,7 +145,8 @@ class Trainer(TrainerState):
         """Metrics writer, validation (+ best checkpoint, early stopping), checkpoint retention, restore
         file — in this order."""
         return [MetricsWriter(self.cfg.log_interval),
-                Validation(self.plan.valid_steps, self.cfg.early_stop_patience),
+                Validation(self.plan.valid_steps, self.cfg.early_stop_patience,
+                           self.cfg.early_stop_min_delta),
                 CheckpointRetention(self.cfg.keep_last_k, self.cfg.keep_top_k),
                 RestoreSaver(self.plan.save_steps)]
 
@@ -294,6 +296,7 @@ class Trainer(TrainerState):
         k, opt, precision = self.plan.gradient_accumulation_steps, self.optimizer, self.precision
         t0, self._data_wait, n_examples, comm_wait = time.perf_counter(), 0.0, 0, 0.0
         skipped_before = precision.skipped_steps()
+        reset_peak_memory(self.device)
         # loss sum, #non-finite, #finite, #ranks asked to stop (summed over ranks in one allreduce)
         stats = torch.zeros(4, dtype=torch.float64, device=self.device)
         for micro in range(k):
@@ -323,7 +326,7 @@ class Trainer(TrainerState):
                           loss_scale=precision.loss_scale(), lr_transformer=lr_t, lr_cnn=lr_c,
                           n_examples=n_examples, seconds=time.perf_counter() - t0,
                           data_wait=self._data_wait, extras=extras, comm_wait=comm_wait,
-                          stop_requested=n_stop > 0)
+                          stop_requested=n_stop > 0, memory_mb=memory_mb(self.device))
 
     def _forward(self, batch, stats: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """fp32 loss of one micro-batch (added to ``stats``) and the task's extra scalars."""
