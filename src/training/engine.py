@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 import src.compat.hvd as hvd
+from src.config.options import profile_range
 from src.optimization.param_groups import build_optimizer, embedding_tables, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training.checkpoint import ModelSaver, TrainingRestorer, load_model_weights
@@ -64,6 +65,7 @@ from src.training.nonfinite import NonFiniteLossError, check_final_weights, chec
 from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
 from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
 from src.training.preemption import StopSignals, stop_on_signal
+from src.training.profiling import StepProfiler
 from src.training.run_dir import RunDirectory, check_same_restore_state
 from src.training.state import TrainerState
 from src.training.task import Task
@@ -143,12 +145,15 @@ class Trainer(TrainerState):
 
     def default_hooks(self) -> list[Hook]:
         """Metrics writer, validation (+ best checkpoint, early stopping), checkpoint retention, restore
-        file — in this order."""
-        return [MetricsWriter(self.cfg.log_interval),
-                Validation(self.plan.valid_steps, self.cfg.early_stop_patience,
-                           self.cfg.early_stop_min_delta),
-                CheckpointRetention(self.cfg.keep_last_k, self.cfg.keep_top_k),
-                RestoreSaver(self.plan.save_steps)]
+        file — in this order; first the profiler when ``profile_steps`` is set."""
+        hooks = [MetricsWriter(self.cfg.log_interval),
+                 Validation(self.plan.valid_steps, self.cfg.early_stop_patience,
+                            self.cfg.early_stop_min_delta),
+                 CheckpointRetention(self.cfg.keep_last_k, self.cfg.keep_top_k),
+                 RestoreSaver(self.plan.save_steps)]
+        if self.cfg.profile_steps:  # rank 0's trace of some steps (src.training.profiling)
+            hooks.insert(0, StepProfiler(*profile_range(self.cfg.profile_steps)))
+        return hooks
 
     def _init_process(self) -> None:
         if not hvd.is_initialized():
