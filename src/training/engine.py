@@ -69,6 +69,7 @@ from src.training.profiling import StepProfiler
 from src.training.run_dir import RunDirectory, check_same_restore_state
 from src.training.state import TrainerState
 from src.training.task import Task
+from src.training.wandb_logger import WandbLogger
 from src.utils.device import memory_mb, move_to_device, num_workers, reset_peak_memory, training_device
 from src.utils.errors import RunDirError, UserError, write_error
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
@@ -145,7 +146,8 @@ class Trainer(TrainerState):
 
     def default_hooks(self) -> list[Hook]:
         """Metrics writer, validation (+ best checkpoint, early stopping), checkpoint retention, restore
-        file — in this order; first the profiler when ``profile_steps`` is set."""
+        file — in this order; first the profiler when ``profile_steps`` is set, last W&B when
+        ``wandb_project`` is."""
         hooks = [MetricsWriter(self.cfg.log_interval),
                  Validation(self.plan.valid_steps, self.cfg.early_stop_patience,
                             self.cfg.early_stop_min_delta),
@@ -153,6 +155,8 @@ class Trainer(TrainerState):
                  RestoreSaver(self.plan.save_steps)]
         if self.cfg.profile_steps:  # rank 0's trace of some steps (src.training.profiling)
             hooks.insert(0, StepProfiler(*profile_range(self.cfg.profile_steps)))
+        if self.cfg.wandb_project:  # W&B beside TensorBoard (src.training.wandb_logger)
+            hooks.append(WandbLogger(self.cfg))
         return hooks
 
     def _init_process(self) -> None:
