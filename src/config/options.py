@@ -123,6 +123,13 @@ SHARED_OPTIONS = [
     O("profile_steps", str, None, "A-B: a torch.profiler trace (CPU + CUDA, shapes) of optimizer steps A "
       "to B on rank 0 into log/profile/ (TensorBoard's profiler, Perfetto), and the top operators by self "
       "time in the log", group="product"),
+    O("find_batch_size", str, "none", "power | binsearch: before training, try real steps at growing "
+      "train_batch_size until the GPU runs out of memory and train with 90% of the largest that fit "
+      "(single process, CUDA only; a resumed run keeps the size it found)",
+      choices=("none", "power", "binsearch"), group="product"),
+    O("find_batch_size_keep_effective", bool, False, "with find_batch_size: also set "
+      "gradient_accumulation_steps so that batch x accumulation stays at least the configured one",
+      group="product"),
     O("wandb_project", str, None, "Weights & Biases project: log the TensorBoard scalars, the config and the "
       "final metrics there too (rank 0); a missing or unreachable wandb only warns", group="product"),
     O("wandb_entity", str, None, "W&B entity (team or user); default: wandb's", group="product"),

@@ -43,6 +43,7 @@ import src.compat.hvd as hvd
 from src.config.options import profile_range
 from src.optimization.param_groups import build_optimizer, embedding_tables, set_lr
 from src.optimization.sched import get_lr_sched
+from src.training import batch_size_finder
 from src.training.checkpoint import ModelSaver, TrainingRestorer, load_model_weights
 from src.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
 from src.training.elastic import (
@@ -232,6 +233,8 @@ class Trainer(TrainerState):
         # after prepare (which may cast them): the parameters the per-step code touches
         self._trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.running_loss = RunningMeter("loss")
+        if cfg.find_batch_size != "none":  # before the sampler and loader: they take the size it finds
+            batch_size_finder.apply(self, dataset, collate_fn)
         self.sampler = self._train_sampler(dataset)
         pin = cfg.pin_mem and self.device.type == "cuda"
         loader = build_train_dataloader(dataset, self.sampler, cfg.train_batch_size, collate_fn,
