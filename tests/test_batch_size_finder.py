@@ -23,6 +23,7 @@ def limit_at(n):
     ("power", 50, 37, 25, [50, 25]),  # the start does not fit: halve
     ("binsearch", 50, 37, 37, [50, 25, 37, 43, 40, 38]),
     ("binsearch", 4, 1000, 1000, [4, 8, 16, 32, 64, 128, 256, 512]),  # capped by the data (limit 1000)
+    ("binsearch", 5, 4, 4, [5, 2, 3, 4]),  # the failed start is the upper bound, not twice the half
 ])
 def test_search_with_out_of_memory_at_a_size(mode, start, largest, expected, trials):
     found, tried = search(limit_at(largest), start, mode, limit=1000 if largest == 1000 else 4096)
@@ -49,9 +50,12 @@ def test_cpu_refuses_with_one_line(tmp_path, capsys):
 
 
 class OomToy(ToyTask):
-    """Out of device memory above 6 examples a batch, as a GPU would say it."""
+    """Out of device memory above 6 examples a batch, as a GPU would say it: from the forward as
+    torch's OutOfMemoryError, or, from 8 on, from cuBLAS as a plain RuntimeError."""
 
     def forward_train(self, model, batch, cfg):
+        if batch["x"].shape[0] >= 8:
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
         if batch["x"].shape[0] > 6:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
         return super().forward_train(model, batch, cfg)

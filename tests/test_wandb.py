@@ -41,12 +41,12 @@ def wandb_records(run_file):
 
 
 def history(run_file):
-    """{step: {key: value}} of the logged rows."""
+    """{global step: {key: value}} of the logged rows (merged: a step's training and validation rows)."""
     out = {}
     for r in wandb_records(run_file):
         if r.WhichOneof("record_type") == "history":
             row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
-            out[row["_step"]] = row
+            out.setdefault(row["trainer/global_step"], {}).update(row)
     return out
 
 

@@ -47,22 +47,19 @@ def search(fits, start: int, mode: str, limit: int) -> tuple[int, list[tuple[int
         tried.append((b, ok))
         return ok
 
-    low = min(start, limit)
+    low, high = min(start, limit), None  # high: the smallest size known not to fit
     while not trial(low):
         if low == 1:
             raise UserError("find_batch_size: even train_batch_size 1 runs out of device memory; use a "
                             "smaller model, fewer frames (num_frm, train_n_clips) or smaller images")
-        low //= 2
-    high = None
-    if tried[-1][0] == min(start, limit):  # the start fitted: grow
+        high, low = low, low // 2
+    if high is None:  # the start fitted: grow
         while low * 2 <= limit:
             if trial(low * 2):
                 low *= 2
             else:
                 high = low * 2
                 break
-    else:  # halved down to a size that fits: the one above it did not
-        high = low * 2
     if mode == "binsearch" and high is not None:
         while high - low > 1:
             mid = (low + high) // 2
@@ -71,6 +68,15 @@ def search(fits, start: int, mode: str, limit: int) -> tuple[int, list[tuple[int
             else:
                 high = mid
     return low, tried
+
+
+# what CUDA libraries say instead of torch.OutOfMemoryError when an allocation fails (as Lightning checks)
+_OOM_MESSAGES = ("CUDA out of memory", "CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED",
+                 "CUDNN_STATUS_ALLOC_FAILED", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED")
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, torch.OutOfMemoryError) or any(m in str(e) for m in _OOM_MESSAGES)
 
 
 def choose(found: int) -> int:
@@ -126,8 +132,10 @@ def _fits(trainer, dataset, collate_fn, batch_size: int) -> bool:
         for _ in range(TRIAL_STEPS):
             trainer.run_step()
         return True
-    except torch.OutOfMemoryError:
-        return False
+    except (torch.OutOfMemoryError, RuntimeError) as e:
+        if is_out_of_memory(e):
+            return False
+        raise
     finally:
         trainer._data = loader = None
         gc.collect()

@@ -147,17 +147,16 @@ class Trainer(TrainerState):
 
     def default_hooks(self) -> list[Hook]:
         """Metrics writer, validation (+ best checkpoint, early stopping), checkpoint retention, restore
-        file — in this order; first the profiler when ``profile_steps`` is set, last W&B when
-        ``wandb_project`` is."""
+        file — in this order; then W&B (``wandb_project``) and the profiler (``profile_steps``)."""
         hooks = [MetricsWriter(self.cfg.log_interval),
                  Validation(self.plan.valid_steps, self.cfg.early_stop_patience,
                             self.cfg.early_stop_min_delta),
                  CheckpointRetention(self.cfg.keep_last_k, self.cfg.keep_top_k),
                  RestoreSaver(self.plan.save_steps)]
-        if self.cfg.profile_steps:  # rank 0's trace of some steps (src.training.profiling)
-            hooks.insert(0, StepProfiler(*profile_range(self.cfg.profile_steps)))
         if self.cfg.wandb_project:  # W&B beside TensorBoard (src.training.wandb_logger)
             hooks.append(WandbLogger(self.cfg))
+        if self.cfg.profile_steps:  # rank 0's trace of some steps (src.training.profiling)
+            hooks.append(StepProfiler(*profile_range(self.cfg.profile_steps)))
         return hooks
 
     def _init_process(self) -> None:

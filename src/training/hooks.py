@@ -227,7 +227,9 @@ class Validation(Hook):
                 with open(os.path.join(trainer.log_dir, "best_metric.json"), "w") as f:
                     json.dump({"metric": name, "value": value, "step": trainer.global_step, "mode": mode},
                               f, indent=4)
-        if candidate and self.significant(value, best.get("patience_ref"), mode):
+        # the reference of patience; restore files written before min_delta existed have none: the best
+        ref = best.get("patience_ref") if best.get("patience_ref") is not None else prev
+        if candidate and self.significant(value, ref, mode):
             best.update(patience_ref=value, bad_validations=0)
             return
         best["bad_validations"] += 1

@@ -21,17 +21,16 @@ TOP_OPERATORS = 15
 
 
 class StepProfiler(Hook):
-    """Profiles optimizer steps ``first`` to ``last`` (1-based, inclusive) on rank 0."""
+    """Profiles optimizer steps ``first`` to ``last`` (1-based, inclusive) on rank 0, with their hooks
+    (validation, checkpoints): the last hook, it starts after step ``first - 1``'s other hooks."""
 
     def __init__(self, first: int, last: int):
         self.first, self.last = first, last
         self._prof = None
-        self._dir = None
 
     def before_train(self, trainer):
         if not trainer.is_main:
             return
-        self._dir = os.path.join(trainer.log_dir, "profile")
         if trainer.global_step >= self.first:
             logger.warning("profile_steps %d-%d: the run resumes at step %d, after the first step to "
                            "profile; nothing is profiled", self.first, self.last, trainer.global_step)
@@ -45,18 +44,18 @@ class StepProfiler(Hook):
         if self._prof is None and step + 1 == self.first:
             self._start()
         elif self._prof is not None and (step >= self.last or trainer.finished or trainer.at_end):
-            self._finish(step)
+            self._finish(step, os.path.join(trainer.log_dir, "profile"))
 
     def _start(self):
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self._prof = profile(activities=activities, record_shapes=True)
         self._prof.start()
 
-    def _finish(self, step):
+    def _finish(self, step, folder):
         prof, self._prof = self._prof, None
         prof.stop()
-        os.makedirs(self._dir, exist_ok=True)
-        path = os.path.join(self._dir, f"steps_{self.first}-{step}.pt.trace.json")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"steps_{self.first}-{step}.pt.trace.json")
         prof.export_chrome_trace(path)
         cuda = torch.cuda.is_available()
         table = prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total",

@@ -63,6 +63,7 @@ class WandbLogger(Hook):
         if self.run is None and mode == "online":
             self.run = self._init(wandb, trainer, run_id, "offline")
         if self.run is not None:
+            self._step_axis()
             later = f"; upload it later with `wandb sync {trainer.log_dir}/wandb/offline-run-*`"
             logger.info("W&B: project %s, run %s (%s)%s", self.cfg.wandb_project, run_id, self.run_mode,
                         later if self.run_mode == "offline" else "")
@@ -92,11 +93,21 @@ class WandbLogger(Hook):
         self.run_mode = mode
         return run
 
+    def _step_axis(self) -> None:
+        """Charts over ``trainer/global_step``, logged as a value: W&B's own step must only grow, so a
+        run resumed from a restore file older than the last logged step would lose the replayed steps."""
+        try:
+            self.run.define_metric("trainer/global_step")
+            self.run.define_metric("*", step_metric="trainer/global_step")
+        except Exception as e:
+            self._drop(e)
+
     def _log(self, scalars: dict, step: int) -> None:
         if self.run is None:
             return
         try:
-            self.run.log({k: v for k, v in scalars.items() if math.isfinite(v)}, step=step)
+            finite = {k: v for k, v in scalars.items() if math.isfinite(v)}
+            self.run.log({**finite, "trainer/global_step": step})
         except Exception as e:
             self._drop(e)
 
