@@ -75,6 +75,23 @@ def test_best_checkpoint_and_early_stopping(tmp_path):
     assert again["global_step"] == 5 and again["best"]["step"] == 3
 
 
+def test_early_stop_min_delta_small_gains_do_not_reset_patience(tmp_path):
+    """MMF's / Lightning's min_delta: gains of 0.05 and 0.03 (< 0.1) still update the best checkpoint
+    but count as validations without improvement, so patience 2 stops after step 3."""
+    curve = {1: 1.0, 2: 1.05, 3: 1.08}
+
+    def score(step):
+        return curve.get(step, 5.0)
+    cfg = toy_cfg(tmp_path / "md", num_valid=16, min_valid_steps=1, best_metric="score",
+                  early_stop_patience=2, early_stop_min_delta=0.1)
+    s = Trainer(cfg, ToyTask(metric_curve=score)).train()
+    assert s["global_step"] == 3 and s["stopped_early"]
+    assert s["best"] == {"metric": "score", "value": 1.08, "step": 3}
+    without = Trainer(toy_cfg(tmp_path / "no", num_valid=16, min_valid_steps=1, best_metric="score",
+                              early_stop_patience=2), ToyTask(metric_curve=score)).train()
+    assert without["global_step"] == 6 and without["best"] == {"metric": "score", "value": 5.0, "step": 4}
+
+
 def test_unknown_best_metric_is_a_clear_error(tmp_path):
     with pytest.raises(KeyError, match="best_metric='r1' is not among the validation metrics "
                                        "\\(extra_neg_loss, loss\\)"):
@@ -113,7 +130,12 @@ def test_logs_and_outputs(tmp_path):
     assert any("step 16/16" in x for x in lines) and any("validation at step 8: loss" in x for x in lines)
     tags = _tb_tags(out / "log")
     assert {"train/loss", "train/lr_transformer", "train/lr_cnn", "train/grad_norm", "perf/examples_per_s",
-            "perf/data_wait_ratio", "valid/loss", "valid/extra_neg_loss"} <= tags
+            "perf/data_wait_ratio", "perf/memory_mb", "valid/loss", "valid/extra_neg_loss"} <= tags
+    # peak memory per step (the CPU RSS here): in the log line and in metrics.jsonl
+    step_lines = [x for x in lines if "step 16/16" in x]
+    mem = float(re.search(r" mem (\d+) MB", step_lines[0]).group(1))
+    rows = [json.loads(x) for x in open(out / "log" / "metrics.jsonl") if '"train"' in x]
+    assert 50 < mem < 20000 and all(50 < r["memory_mb"] < 20000 for r in rows)
     assert sorted(os.listdir(out / "ckpt")) == ["model_best.pt", "model_step_16.pt", "model_step_8.pt",
                                                "restore.pt", "restore_backup.pt"]
 
@@ -214,3 +236,26 @@ def test_misc_and_logger_helpers():
     r(2.0)
     r(1.0)
     assert r.val == pytest.approx(0.01 * 1.0 + 0.99 * 2.0)
+
+
+def test_profile_steps_writes_a_trace_and_the_top_operators(tmp_path, caplog):
+    import logging
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "prof"
+    Trainer(toy_cfg(out, profile_steps="3-5"), ToyTask()).train()
+    trace = out / "log" / "profile" / "steps_3-5.pt.trace.json"
+    events = json.load(open(trace))["traceEvents"]
+    names = {e.get("name") for e in events}
+    assert "aten::addmm" in names and any(n and n.startswith("Optimizer.step") for n in names)
+    assert f"profile of steps 3-5 -> {trace}; top operators by self CPU time:" in caplog.text
+    # the run is otherwise unchanged: the same weights as without profiling
+    Trainer(toy_cfg(tmp_path / "plain"), ToyTask()).train()
+    a, b = load_ckpt(out, "model_step_16.pt"), load_ckpt(tmp_path / "plain", "model_step_16.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("spec", ["5-3", "0-2", "x", "3-"])
+def test_bad_profile_steps_is_a_config_error(tmp_path, spec):
+    from src.config import ConfigError
+    with pytest.raises(ConfigError, match=f"profile_steps='{spec}' is invalid: expected A-B"):
+        toy_cfg(tmp_path, profile_steps=spec)

@@ -2,6 +2,7 @@
 module registers the tasks ``shared``, ``retrieval``, ``msrvtt_mc`` and ``video_qa``."""
 import json
 import os
+import re
 
 from src.config.schema import Config, ConfigError
 from src.config.schema import Option as O
@@ -94,6 +95,8 @@ SHARED_OPTIONS = [
     O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
     O("early_stop_patience", int, -1, "stop after this many validations without improvement; -1 off",
       group="product"),
+    O("early_stop_min_delta", float, 0.0, "an improvement of best_metric by this much or less does not reset "
+      "early_stop_patience (it still updates model_best.pt)", min=0.0, group="product"),
     O("best_metric", str, None, "validation metric for the best checkpoint (task default if unset)",
       group="product"),
     O("best_metric_mode", str, "auto", "max|min; auto: min for loss/medianR/meanR, else max",
@@ -117,6 +120,24 @@ SHARED_OPTIONS = [
       "/pretrain/x, /storage/x in the config and on the command line become DIR/txt/x etc. (or "
       "txt=D1,img=D2,... root by root; default $CLIPBERT_PATH_PREFIX)", group="product"),
     O("log_interval", int, 100, "optimizer steps between log.txt progress lines", min=1, group="product"),
+    O("profile_steps", str, None, "A-B: a torch.profiler trace (CPU + CUDA, shapes) of optimizer steps A "
+      "to B on rank 0 into log/profile/ (TensorBoard's profiler, Perfetto), and the top operators by self "
+      "time in the log", group="product"),
+    O("find_batch_size", str, "none", "power | binsearch: before training, try real steps at growing "
+      "train_batch_size until the GPU runs out of memory and train with 90% of the largest that fit "
+      "(single process, CUDA only; a resumed run keeps the size it found)",
+      choices=("none", "power", "binsearch"), group="product"),
+    O("find_batch_size_keep_effective", bool, False, "with find_batch_size: also set "
+      "gradient_accumulation_steps so that batch x accumulation stays at least the configured one",
+      group="product"),
+    O("wandb_project", str, None, "Weights & Biases project: log the TensorBoard scalars, the config and the "
+      "final metrics there too (rank 0); a missing or unreachable wandb only warns", group="product"),
+    O("wandb_entity", str, None, "W&B entity (team or user); default: wandb's", group="product"),
+    O("wandb_run_name", str, None, "W&B run name; default: the output_dir's name", group="product"),
+    O("wandb_tags", str, None, "W&B run tags", nargs="+", group="product"),
+    O("wandb_mode", str, "auto", "online | offline | auto (online when a W&B API key is configured, "
+      "else offline: synced later with `wandb sync`)", choices=("auto", "online", "offline"),
+      group="product"),
     O("keep_last_k", int, -1, "keep the k latest ckpt/model_step_*.pt (with keep_top_k: the union); -1 all. "
       "The best and the latest are never deleted", min=-1, group="product"),
     O("keep_top_k", int, -1, "keep the k model_step_*.pt with the best validation metric (see keep_last_k)",
@@ -171,6 +192,8 @@ def _shared_post(cfg: Config, notices: list) -> None:
     for key in ("keep_last_k", "keep_top_k"):
         if getattr(cfg, key) == 0:
             raise ConfigError(f"{key}=0 would delete every step checkpoint: expected >= 1, or -1 to keep all")
+    if cfg.profile_steps is not None:
+        profile_range(cfg.profile_steps)
     if not 0 <= cfg.warmup_ratio < 1:
         raise ConfigError(f"warmup_ratio={cfg.warmup_ratio:g} is invalid: expected 0 <= value < 1")
     for sched, key in (("decay", "step_decay_epochs"), ("cnn_lr_decay", "cnn_step_decay_epochs")):
@@ -181,6 +204,16 @@ def _shared_post(cfg: Config, notices: list) -> None:
         notices.append("detectron2_weights_path is used as cnn_weights_path")
     if "score_agg_func" in cfg and cfg.score_agg_func == "lse" and cfg.get("loss_type") not in (None, "ce"):
         raise ConfigError(f"score_agg_func='lse' requires loss_type='ce', got loss_type={cfg.loss_type!r}")
+
+
+def profile_range(spec: str) -> tuple[int, int]:
+    """``profile_steps`` "A-B" (or "A") -> (A, B), optimizer steps counted from 1."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", spec)
+    first, last = (int(m.group(1)), int(m.group(2) or m.group(1))) if m else (0, 0)
+    if not m or not 1 <= first <= last:
+        raise ConfigError(f"profile_steps={spec!r} is invalid: expected A-B with 1 <= A <= B (optimizer "
+                          f"steps, e.g. 10-15), or one step A")
+    return first, last
 
 
 def _retrieval_post(cfg: Config, notices: list) -> None:

@@ -40,8 +40,10 @@ from dataclasses import dataclass, field
 import torch
 
 import src.compat.hvd as hvd
+from src.config.options import profile_range
 from src.optimization.param_groups import build_optimizer, embedding_tables, set_lr
 from src.optimization.sched import get_lr_sched
+from src.training import batch_size_finder
 from src.training.checkpoint import ModelSaver, TrainingRestorer, load_model_weights
 from src.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
 from src.training.elastic import (
@@ -64,10 +66,12 @@ from src.training.nonfinite import NonFiniteLossError, check_final_weights, chec
 from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
 from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
 from src.training.preemption import StopSignals, stop_on_signal
+from src.training.profiling import StepProfiler
 from src.training.run_dir import RunDirectory, check_same_restore_state
 from src.training.state import TrainerState
 from src.training.task import Task
-from src.utils.device import move_to_device, num_workers, training_device
+from src.training.wandb_logger import WandbLogger
+from src.utils.device import memory_mb, move_to_device, num_workers, reset_peak_memory, training_device
 from src.utils.errors import RunDirError, UserError, write_error
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
 from src.utils.misc import NoOp, set_random_seed, zero_none_grad
@@ -99,6 +103,7 @@ class StepResult:
     extras: dict = field(default_factory=dict)  # extra scalars the task's forward returned
     comm_wait: float = 0.0  # of which blocked in the gradient allreduce after the last backward
     stop_requested: bool = False  # a rank received SIGTERM/SIGUSR1/SIGINT (src.training.preemption)
+    memory_mb: float = 0.0  # this rank's peak CUDA memory in the step, or its RSS on the CPU
 
 
 class Trainer(TrainerState):
@@ -117,7 +122,7 @@ class Trainer(TrainerState):
         self.global_step = self.epoch = self.examples_in_epoch = 0
         self.elastic = horovod_elastic()
         self._started = False
-        self.best = {"metric": None, "value": None, "step": None, "bad_validations": 0}
+        self.best = {"metric": None, "value": None, "step": None, "bad_validations": 0, "patience_ref": None}
         self.finished = False
         self.last_metrics: dict | None = None
         self.model = self.optimizer = self.plan = None
@@ -142,11 +147,17 @@ class Trainer(TrainerState):
 
     def default_hooks(self) -> list[Hook]:
         """Metrics writer, validation (+ best checkpoint, early stopping), checkpoint retention, restore
-        file — in this order."""
-        return [MetricsWriter(self.cfg.log_interval),
-                Validation(self.plan.valid_steps, self.cfg.early_stop_patience),
-                CheckpointRetention(self.cfg.keep_last_k, self.cfg.keep_top_k),
-                RestoreSaver(self.plan.save_steps)]
+        file — in this order; then W&B (``wandb_project``) and the profiler (``profile_steps``)."""
+        hooks = [MetricsWriter(self.cfg.log_interval),
+                 Validation(self.plan.valid_steps, self.cfg.early_stop_patience,
+                            self.cfg.early_stop_min_delta),
+                 CheckpointRetention(self.cfg.keep_last_k, self.cfg.keep_top_k),
+                 RestoreSaver(self.plan.save_steps)]
+        if self.cfg.wandb_project:  # W&B beside TensorBoard (src.training.wandb_logger)
+            hooks.append(WandbLogger(self.cfg))
+        if self.cfg.profile_steps:  # rank 0's trace of some steps (src.training.profiling)
+            hooks.append(StepProfiler(*profile_range(self.cfg.profile_steps)))
+        return hooks
 
     def _init_process(self) -> None:
         if not hvd.is_initialized():
@@ -221,6 +232,8 @@ class Trainer(TrainerState):
         # after prepare (which may cast them): the parameters the per-step code touches
         self._trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.running_loss = RunningMeter("loss")
+        if cfg.find_batch_size != "none":  # before the sampler and loader: they take the size it finds
+            batch_size_finder.apply(self, dataset, collate_fn)
         self.sampler = self._train_sampler(dataset)
         pin = cfg.pin_mem and self.device.type == "cuda"
         loader = build_train_dataloader(dataset, self.sampler, cfg.train_batch_size, collate_fn,
@@ -299,6 +312,7 @@ class Trainer(TrainerState):
         k, opt, precision = self.plan.gradient_accumulation_steps, self.optimizer, self.precision
         t0, self._data_wait, n_examples, comm_wait = time.perf_counter(), 0.0, 0, 0.0
         skipped_before = precision.skipped_steps()
+        reset_peak_memory(self.device)
         # loss sum, #non-finite, #finite, #ranks asked to stop (summed over ranks in one allreduce)
         stats = torch.zeros(4, dtype=torch.float64, device=self.device)
         for micro in range(k):
@@ -328,7 +342,7 @@ class Trainer(TrainerState):
                           loss_scale=precision.loss_scale(), lr_transformer=lr_t, lr_cnn=lr_c,
                           n_examples=n_examples, seconds=time.perf_counter() - t0,
                           data_wait=self._data_wait, extras=extras, comm_wait=comm_wait,
-                          stop_requested=n_stop > 0)
+                          stop_requested=n_stop > 0, memory_mb=memory_mb(self.device))
 
     def _forward(self, batch, stats: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """fp32 loss of one micro-batch (added to ``stats``) and the task's extra scalars."""

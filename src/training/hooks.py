@@ -115,14 +115,14 @@ class MetricsWriter(Hook):
                            result.n_nonfinite, what)
         if step % self.log_interval == 0 or step == trainer.plan.stop_step:
             logger.info("step %d/%d epoch %d: loss %.4f lr %.3g/%.3g%s%s %.1f ex/s data wait %.0f%% "
-                        "allreduce wait %.0f%%",
+                        "allreduce wait %.0f%% mem %.0f MB",
                         step, trainer.plan.num_train_steps, trainer.epoch, logs["train/loss"],
                         result.lr_transformer, result.lr_cnn,
                         f" grad_norm {result.grad_norm:.3f}" if result.grad_norm is not None else "",
                         f" loss_scale {result.loss_scale:g} skipped {result.skipped_total}"
                         if result.loss_scale is not None else "",
                         logs["perf/examples_per_s"], 100 * logs["perf/data_wait_ratio"],
-                        100 * logs["perf/comm_wait_ratio"])
+                        100 * logs["perf/comm_wait_ratio"], logs["perf/memory_mb"])
             if self._mlog is not None:
                 self._mlog.append("train", step, trainer.epoch,
                                   {k.split("/", 1)[1]: v for k, v in logs.items()})
@@ -146,6 +146,7 @@ class MetricsWriter(Hook):
         logs["perf/examples_per_s"] = result.n_examples * trainer.world / seconds
         logs["perf/data_wait_ratio"] = result.data_wait / seconds
         logs["perf/comm_wait_ratio"] = result.comm_wait / seconds
+        logs["perf/memory_mb"] = result.memory_mb  # peak CUDA memory of the step, or the CPU RSS
         return logs
 
     def close(self):
@@ -157,12 +158,20 @@ class MetricsWriter(Hook):
 class Validation(Hook):
     """Every ``every`` steps and at the end: evaluate, save ``model_step_N.pt``, track the best value of
     ``trainer.best["metric"]`` (``model_best.pt`` + ``log/best_metric.json``), stop early after
-    ``patience`` validations without improvement (-1: never)."""
+    ``patience`` validations without an improvement larger than ``min_delta`` (-1: never). A smaller
+    improvement still updates the best checkpoint; it only does not reset patience."""
 
     collective = True
 
-    def __init__(self, every: int, patience: int = -1):
-        self.every, self.patience = every, patience
+    def __init__(self, every: int, patience: int = -1, min_delta: float = 0.0):
+        self.every, self.patience, self.min_delta = every, patience, min_delta
+
+    def significant(self, value: float, ref: float | None, mode: str) -> bool:
+        """An improvement on ``ref`` (the value at the last reset of patience) by more than
+        ``min_delta`` (MMF's and Lightning's definition); the first validation always is one."""
+        if ref is None:
+            return True
+        return value - ref > self.min_delta if mode == "max" else ref - value > self.min_delta
 
     def after_step(self, trainer, result):
         if trainer.global_step % self.every == 0 or trainer.at_end:
@@ -212,12 +221,16 @@ class Validation(Hook):
             logger.warning("validation at step %d: %s is %s, not a candidate for the best checkpoint",
                            trainer.global_step, name, value)
         if candidate and (prev is None or (value > prev if mode == "max" else value < prev)):
-            best.update(value=value, step=trainer.global_step, bad_validations=0)
+            best.update(value=value, step=trainer.global_step)
             if trainer.is_main:
                 trainer.saver.save_best(state)
                 with open(os.path.join(trainer.log_dir, "best_metric.json"), "w") as f:
                     json.dump({"metric": name, "value": value, "step": trainer.global_step, "mode": mode},
                               f, indent=4)
+        # the reference of patience; restore files written before min_delta existed have none: the best
+        ref = best.get("patience_ref") if best.get("patience_ref") is not None else prev
+        if candidate and self.significant(value, ref, mode):
+            best.update(patience_ref=value, bad_validations=0)
             return
         best["bad_validations"] += 1
         if self.patience != -1 and best["bad_validations"] >= self.patience:

@@ -43,7 +43,8 @@ RUNTIME_KEYS = frozenset({
     "do_inference", "inference_model_step", "inference_txt_db", "inference_img_db", "inference_batch_size",
     "inference_n_clips", "val_batch_size", "eval_retrieval_batch_size", "skip_bad_videos",
     "keep_last_k", "keep_top_k", "path_prefix", "cpu_sched_batch", "elastic_commit_steps",
-    "row_sparse_allreduce",
+    "row_sparse_allreduce", "profile_steps", "wandb_project", "wandb_entity", "wandb_run_name", "wandb_tags",
+    "wandb_mode",
 })
 # ClipBERT's derived keys that args.json carries next to the settings
 DERIVED_KEYS = frozenset({"num_train_steps", "valid_steps", "save_steps", "n_gpu"})
@@ -51,9 +52,12 @@ DERIVED_KEYS = frozenset({"num_train_steps", "valid_steps", "save_steps", "n_gpu
 
 def setting_differences(stored: dict, current: dict) -> dict[str, tuple]:
     """``{key: (stored, current)}`` for the settings that differ (keys on one side only are skipped:
-    options added or removed between versions of this project)."""
+    options added or removed between versions of this project). Under ``find_batch_size`` the batch
+    size and accumulation are what the finder chose, kept from the stored run."""
     out = {}
-    for k in sorted(set(stored) & set(current) - RUNTIME_KEYS - DERIVED_KEYS):
+    finder = current.get("find_batch_size", "none") != "none"
+    found = {"train_batch_size", "gradient_accumulation_steps"} if finder else set()
+    for k in sorted(set(stored) & set(current) - RUNTIME_KEYS - DERIVED_KEYS - found):
         if stored[k] != current[k]:
             out[k] = (stored[k], current[k])
     return out
@@ -78,6 +82,7 @@ class RunDirectory:
         self.args_path = os.path.join(self.log_dir, "args.json")
         self._lock_file = None
         self._extend_diffs: dict[str, tuple] = {}
+        self.stored_settings: dict | None = None  # the earlier run's log/args.json
 
     # ------------------------------------------------------------------------------------------
     def acquire(self, settings: dict) -> str:
@@ -91,7 +96,8 @@ class RunDirectory:
         if self.policy == "restart":
             self._archive()
             return "restart"
-        diffs = setting_differences(self._read_json(self.args_path), settings)
+        self.stored_settings = self._read_json(self.args_path)
+        diffs = setting_differences(self.stored_settings, settings)
         if diffs and self.policy == "resume":
             raise RunDirError(
                 f"{self.dir} holds a run with other settings ({_fmt(diffs)}); nothing was changed there. "

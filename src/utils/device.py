@@ -43,3 +43,22 @@ def training_device(local_rank: int) -> torch.device:
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak for :func:`memory_mb` (CUDA; the CPU figure is the RSS at the time)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def memory_mb(device: torch.device) -> float:
+    """CUDA: the peak ``max_memory_allocated`` since :func:`reset_peak_memory`; CPU: this process's
+    resident set size now (MB)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    except (OSError, ValueError):  # not Linux: the high-water mark (KB on Linux, bytes on macOS)
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

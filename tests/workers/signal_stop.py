@@ -1,4 +1,5 @@
-"""Send a real signal to one rank at a step: ``signal_stop.py OUT_DIR RANK STEP SIGNAL [N_SIGNALS]``.
+"""Send a real signal to one rank at a step:
+``signal_stop.py OUT_DIR RANK STEP SIGNAL [N_SIGNALS [--option value ...]]``.
 
 Runs the toy task through the real entry point (``src.tasks.common.main``, so the exit status is the
 one a launcher sees). The signal goes to one rank only (as when a scheduler signals one node first);
@@ -34,4 +35,5 @@ class SignalledToy(ToyTask):
                              int(sys.argv[5]) if len(sys.argv) > 5 else 1)]
 
 
-sys.exit(main("shared", SignalledToy, toy_argv(sys.argv[1])))
+extra = sys.argv[6:]  # more command-line options for the run
+sys.exit(main("shared", SignalledToy, toy_argv(sys.argv[1]) + extra))

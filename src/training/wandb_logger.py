@@ -1,0 +1,147 @@
+"""Weights & Biases beside TensorBoard (``--wandb_project NAME``), as MMF's and Lightning's loggers do.
+
+Rank 0 logs the same scalars as TensorBoard (every step's ``train/*`` and ``perf/*``, every
+validation's ``valid/*``), the config, and the final metrics as the run's summary. The W&B run id is
+kept in ``log/wandb_run_id.txt``, so a resumed or requeued training continues the same W&B run. Mode
+``auto`` is online when an API key is configured (``WANDB_API_KEY`` or ``wandb login``) and offline
+otherwise (``wandb sync output_dir/log/wandb/offline-run-*`` uploads it later); an online start that
+fails falls back to offline. W&B can never fail or stop a training run: a missing package or any
+error of it is one warning, and the run goes on without it.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import netrc
+import os
+import uuid
+
+from src.training.hooks import Hook, MetricsWriter
+
+logger = logging.getLogger(__name__)
+RUN_ID_FILE = "wandb_run_id.txt"
+
+
+def wandb_mode(setting: str) -> str:
+    """``online``/``offline`` as given; ``auto``: ``$WANDB_MODE``, else online only with an API key."""
+    if setting != "auto":
+        return setting
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    try:
+        return "online" if netrc.netrc().authenticators("api.wandb.ai") else "offline"
+    except (OSError, netrc.NetrcParseError):
+        return "offline"
+
+
+class WandbLogger(Hook):
+    """Rank 0's W&B run; a no-op on other ranks and after any W&B failure."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.run = None
+
+    def before_train(self, trainer):
+        if not trainer.is_main:
+            return
+        try:
+            import wandb
+        except ImportError as e:
+            logger.warning("wandb_project=%s: wandb is not importable (%s); training goes on without W&B "
+                           "(pip install wandb)", self.cfg.wandb_project, e)
+            return
+        try:
+            run_id = self._run_id(trainer.log_dir)
+        except OSError as e:
+            logger.warning("W&B: cannot keep the run id in %s (%s); training goes on without W&B",
+                           trainer.log_dir, e)
+            return
+        mode = wandb_mode(self.cfg.wandb_mode)
+        self.run = self._init(wandb, trainer, run_id, mode)
+        if self.run is None and mode == "online":
+            self.run = self._init(wandb, trainer, run_id, "offline")
+        if self.run is not None:
+            self._step_axis()
+            later = f"; upload it later with `wandb sync {trainer.log_dir}/wandb/offline-run-*`"
+            logger.info("W&B: project %s, run %s (%s)%s", self.cfg.wandb_project, run_id, self.run_mode,
+                        later if self.run_mode == "offline" else "")
+
+    def _run_id(self, log_dir) -> str:
+        """This training run's W&B id: the stored one, or a new one (8 characters of [0-9a-f])."""
+        path = os.path.join(log_dir, RUN_ID_FILE)
+        if os.path.isfile(path):
+            with open(path) as f:
+                return f.read().strip()
+        run_id = uuid.uuid4().hex[:8]
+        with open(path, "w") as f:
+            f.write(run_id + "\n")
+        return run_id
+
+    def _init(self, wandb, trainer, run_id, mode):
+        cfg = self.cfg
+        try:
+            run = wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, id=run_id, resume="allow",
+                             name=cfg.wandb_run_name or os.path.basename(os.path.abspath(cfg.output_dir)),
+                             tags=cfg.wandb_tags, config=cfg.to_dict(), dir=trainer.log_dir, mode=mode,
+                             settings=wandb.Settings(init_timeout=60, console="off"))
+        except Exception as e:  # W&B must never stop training
+            logger.warning("W&B could not start in %s mode (%s: %s); training goes on%s", mode,
+                           type(e).__name__, e, ", trying offline" if mode == "online" else " without W&B")
+            return None
+        self.run_mode = mode
+        return run
+
+    def _step_axis(self) -> None:
+        """Charts over ``trainer/global_step``, logged as a value: W&B's own step must only grow, so a
+        run resumed from a restore file older than the last logged step would lose the replayed steps."""
+        try:
+            self.run.define_metric("trainer/global_step")
+            self.run.define_metric("*", step_metric="trainer/global_step")
+        except Exception as e:
+            self._drop(e)
+
+    def _log(self, scalars: dict, step: int) -> None:
+        if self.run is None:
+            return
+        try:
+            finite = {k: v for k, v in scalars.items() if math.isfinite(v)}
+            self.run.log({**finite, "trainer/global_step": step})
+        except Exception as e:
+            self._drop(e)
+
+    def _drop(self, e: Exception) -> None:
+        logger.warning("W&B failed (%s: %s); training goes on without it", type(e).__name__, e)
+        run, self.run = self.run, None
+        try:
+            run.finish(exit_code=1)
+        except Exception:  # already broken: nothing more to do
+            pass
+
+    def after_step(self, trainer, result):
+        if self.run is not None:
+            self._log(MetricsWriter.scalars(trainer, result), trainer.global_step)
+
+    def after_validation(self, trainer, metrics):
+        self._log({f"valid/{k}": v for k, v in metrics.items()}, trainer.global_step)
+
+    def after_train(self, trainer, summary):
+        if self.run is None:
+            return
+        best = summary["best"]
+        final = {f"final/{k}": v for k, v in (summary.get("last_metrics") or {}).items()}
+        final.update({"best/metric": best["metric"], "best/value": best["value"], "best/step": best["step"],
+                      "global_step": summary["global_step"], "stopped_early": summary["stopped_early"]})
+        try:
+            self.run.summary.update(final)
+        except Exception as e:
+            self._drop(e)
+
+    def close(self):
+        if self.run is not None:
+            run, self.run = self.run, None
+            try:
+                run.finish()
+            except Exception as e:
+                logger.warning("W&B could not finish its run (%s: %s)", type(e).__name__, e)
