@@ -31,6 +31,7 @@ import sys
 import time
 
 import src.compat.hvd as hvd
+from src.training.metrics_log import read_metrics
 from src.utils.errors import RunDirError
 
 logger = logging.getLogger(__name__)
@@ -123,9 +124,10 @@ class RunDirectory:
 
     def _without_restore_file(self) -> bool:
         """A stored run with neither ``ckpt/restore.pt`` nor its backup (deleted to save space): True if
-        its final ``model_step_N.pt`` says it finished; an error if it trained (checkpoints or metrics
-        lines) but cannot be resumed (rerunning would train from step 0 over it); False if it left
-        nothing (it stopped before its first log line and checkpoint: starting again loses nothing)."""
+        its final ``model_step_N.pt`` says it finished; an error if it saved checkpoints (files in
+        ``ckpt/``, or validation lines in ``log/metrics.jsonl`` when ``ckpt/`` went as a whole) but cannot
+        be resumed (rerunning would train from step 0 over them); False if it saved none (it stopped
+        before its first restore file and validation: starting again loses nothing)."""
         ckpt = self.ckpt_dir
         if any(os.path.exists(os.path.join(ckpt, n)) for n in ("restore.pt", "restore_backup.pt")):
             return False
@@ -134,8 +136,8 @@ class RunDirectory:
         if final is not None and self.policy == "resume" and os.path.isfile(final_path):
             return True
         trained = sorted(f"ckpt/{n}" for n in os.listdir(ckpt) if n.endswith(".pt"))
-        metrics = os.path.join(self.log_dir, "metrics.jsonl")
-        if os.path.isfile(metrics) and os.path.getsize(metrics) > 0:  # ckpt/ may have gone as a whole
+        # ckpt/ may have gone as a whole: a validation line says model_step files were written
+        if read_metrics(os.path.join(self.log_dir, "metrics.jsonl"), "valid"):
             trained.append("log/metrics.jsonl")
         if not trained:
             return False
