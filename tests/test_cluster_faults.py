@@ -4,7 +4,6 @@ under torchrun, a finished run whose restore files were deleted, damaged run fil
 Every case uses the real thing (signals sent with ``os.kill``, a real tmpfs filled to the last byte,
 a ``data.mdb`` cut short, a rank stopped with SIGSTOP) and is bounded in time.
 """
-import hashlib
 import json
 import logging
 import os
@@ -18,18 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.tasks.common import main
 from src.utils.errors import RunDirError
 from tests import mp_utils
-from tests.toy_task import ToyTask, toy_argv
+from tests.test_run_integrity import error_line, final_weights, run_toy, snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 WORKERS = REPO / "tests" / "workers"
-
-
-def final_weights(run_dir):
-    steps = sorted(int(p.stem.split("_")[-1]) for p in (Path(run_dir) / "ckpt").glob("model_step_*.pt"))
-    return steps[-1], torch.load(Path(run_dir) / "ckpt" / f"model_step_{steps[-1]}.pt")
 
 
 def restore_step(run_dir):
@@ -169,24 +162,6 @@ def test_tensorboard_write_failure_raises_instead_of_blocking(small_disk):
 
 # ---------------------------------------------------------------------------------------------
 # reruns into a run directory whose files were deleted or damaged (toy task, in-process)
-def run_toy(out, **overrides):
-    return main("shared", ToyTask, toy_argv(out, **overrides))
-
-
-def error_line(capsys):
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    return lines[0]
-
-
-def snapshot(run_dir):
-    """{relative path: sha256} of the run's files (lock and log.txt aside)."""
-    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(run_dir).rglob("*"))
-            if p.is_file() and p.name not in (".run.lock", "log.txt")}
-
-
 @pytest.fixture(scope="module")
 def finished_toy(tmp_path_factory):
     out = tmp_path_factory.mktemp("finished") / "run"
@@ -203,10 +178,10 @@ def toy_copy(finished_toy, tmp_path):
 def test_finished_run_without_restore_files_reports_finished(toy_copy, caplog):
     for name in ("restore.pt", "restore_backup.pt"):
         (toy_copy / "ckpt" / name).unlink()
-    before = snapshot(toy_copy)
+    before = snapshot(toy_copy, with_log=False)
     caplog.set_level(logging.INFO)
     assert run_toy(toy_copy) == 0
-    assert snapshot(toy_copy) == before  # nothing retrained or rewritten
+    assert snapshot(toy_copy, with_log=False) == before  # nothing retrained or rewritten
     assert (f"training already finished at step 16 ({toy_copy}/ckpt/model_step_16.pt; its restore files "
             f"were deleted)") in caplog.text
 
@@ -215,14 +190,14 @@ def test_finished_run_without_restore_files_reports_finished(toy_copy, caplog):
 def test_trained_run_without_restore_files_is_refused(toy_copy, capsys, policy):
     for name in ("restore.pt", "restore_backup.pt", "model_step_16.pt"):
         (toy_copy / "ckpt" / name).unlink()
-    before = snapshot(toy_copy)
+    before = snapshot(toy_copy, with_log=False)
     assert run_toy(toy_copy, existing_run=policy) == 1
     line = error_line(capsys)
     assert line.startswith(f"error: RunDirError: {toy_copy} holds a trained run (ckpt/model_best.pt, "
                            f"ckpt/model_step_8.pt, log/metrics.jsonl) but no ckpt/restore.pt or "
                            f"ckpt/restore_backup.pt")
     assert "--existing_run restart" in line
-    assert snapshot(toy_copy) == before
+    assert snapshot(toy_copy, with_log=False) == before
     assert run_toy(toy_copy, existing_run="restart") == 0  # the way out the message names
 
 

@@ -34,47 +34,27 @@ def test_coco_captions_without_karpathy_file_train_is_train2014(src):
     }
 
 
+def coco_cli(src, captions_val, out, **kw):
+    """``python -m src.preprocessing.converters coco_captions`` on the raw train file and ``captions_val``."""
+    argv = ["coco_captions", "--captions_train", str(src / "captions_train2014.json"), "--captions_val",
+            str(captions_val), "--output_dir", str(out)]
+    return main(argv, **kw)
+
+
 def test_coco_errors_name_item_and_id(src, tmp_path, capsys):
     data = json.loads((src / "captions_val2014.json").read_text())
     data["annotations"][1]["image_id"] = 999
     data["annotations"][2]["caption"] = "  "  # blank: skipped and counted
     bad = raw.one_line_json(tmp_path / "bad" / "captions_val2014.json", data)
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "coco_captions",
-                "--captions_train",
-                str(src / "captions_train2014.json"),
-                "--captions_val",
-                bad,
-                "--output_dir",
-                str(out),
-            ]
-        )
-        == 1
-    )
+    assert coco_cli(src, bad, out) == 1
     err = capsys.readouterr().err.strip()
     assert err == (f"error: {bad}: annotations[1] (id 421): image_id 999 is not in the file's 'images' list")
     assert not out.exists()  # the train file converted fine, but nothing is written
     del data["annotations"][1]
     raw.one_line_json(bad, data)
     logged = []
-    assert (
-        main(
-            [
-                "coco_captions",
-                "--captions_train",
-                str(src / "captions_train2014.json"),
-                "--captions_val",
-                bad,
-                "--output_dir",
-                str(out),
-            ],
-            log=logged.append,
-        )
-        == 0
-    )
+    assert coco_cli(src, bad, out, log=logged.append) == 0
     assert any("coco_train_captions.jsonl: 8 rows; left out: 1 blank captions" in x for x in logged)
 
 

@@ -43,6 +43,20 @@ def atomic_torch_save(obj, path, keep_previous_as=None):
         raise write_error(path, e, need_bytes=tensor_bytes(obj)) from e
 
 
+def atomic_write_text(path: str, text: str) -> None:
+    """``text`` to a temp file renamed into place: a full disk never leaves a cut file behind; a failed
+    write removes the temp file and raises a one-line :class:`OutputWriteError` naming ``path``."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise write_error(path, e) from e
+
+
 def tensor_bytes(obj) -> int:
     """The bytes of the tensors in ``obj`` (dicts, lists, tuples): about the size of its save."""
     if torch.is_tensor(obj):

@@ -44,7 +44,7 @@ from src.config.options import profile_range
 from src.optimization.param_groups import build_optimizer, embedding_tables, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training import batch_size_finder
-from src.training.checkpoint import ModelSaver, TrainingRestorer, load_model_weights
+from src.training.checkpoint import ModelSaver, TrainingRestorer, atomic_write_text, load_model_weights
 from src.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
 from src.training.elastic import (
     ElasticCommit,
@@ -72,7 +72,7 @@ from src.training.state import TrainerState
 from src.training.task import Task
 from src.training.wandb_logger import WandbLogger
 from src.utils.device import memory_mb, move_to_device, num_workers, reset_peak_memory, training_device
-from src.utils.errors import RunDirError, UserError, write_error
+from src.utils.errors import RunDirError, UserError
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
 from src.utils.misc import NoOp, set_random_seed, zero_none_grad
 
@@ -295,16 +295,7 @@ class Trainer(TrainerState):
             self._write_json("model_config.json", mc)
 
     def _write_json(self, name: str, obj) -> None:
-        path = os.path.join(self.log_dir, name)
-        tmp = f"{path}.tmp{os.getpid()}"
-        try:  # a temp file renamed into place: a full disk never leaves a cut args.json behind
-            with open(tmp, "w") as f:
-                json.dump(obj, f, indent=4, default=str)
-            os.replace(tmp, path)
-        except OSError as e:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise write_error(path, e) from e
+        atomic_write_text(os.path.join(self.log_dir, name), json.dumps(obj, indent=4, default=str))
 
     # ---------------------------------------------------------------------------------- the step
     def run_step(self) -> StepResult:

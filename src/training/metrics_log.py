@@ -7,13 +7,13 @@ appears once. Written by rank 0 only.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
 import time
 
+from src.training.checkpoint import atomic_write_text
 from src.utils.errors import RunDirError, write_error
 
 logger = logging.getLogger(__name__)
@@ -26,15 +26,7 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         """Keep only the lines of steps <= ``step`` (a resume redoes the rest)."""
         rows = [r for r in read_metrics(self.path) if r["step"] <= step]
-        tmp = f"{self.path}.tmp{os.getpid()}"
-        try:
-            with open(tmp, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in rows)
-            os.replace(tmp, self.path)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise write_error(self.path, e) from e
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in rows))
 
     def append(self, split: str, step: int, epoch: int, metrics: dict[str, float]) -> None:
         row = {"split": split, "step": step, "epoch": epoch, "time": round(time.time(), 3)}
