@@ -22,8 +22,10 @@ import torch
 from _bench_trainer_worker import BatchList, engine_cfg, first
 
 from src.training import engine
-from src.training.engine import Hook, Task, Trainer
+from src.training.contracts import Hook
+from src.training.engine import Trainer
 from src.training.precision import AmpO2Precision
+from src.training.task import Task
 
 # multiplies the loss at the injected steps: loss * 2**40 * loss scale overflows fp16 gradients at any
 # scale the dynamic scaler can reach (>= 1), while the fp32 loss itself stays finite (so the engine

@@ -16,7 +16,9 @@ import torch
 from torch.utils.data import Dataset
 
 from src.config import parse_args
-from src.training.engine import Hook, Task, Trainer
+from src.training.contracts import Hook
+from src.training.engine import Trainer
+from src.training.task import Task
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

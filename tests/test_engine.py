@@ -10,14 +10,10 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from src.training.data import ResumableDistributedSampler, build_train_dataloader
-from src.training.engine import (
-    NonFiniteLossError,
-    Trainer,
-    metric_mode,
-    num_train_steps,
-    save_interval,
-    valid_interval,
-)
+from src.training.engine import Trainer
+from src.training.hooks import metric_mode
+from src.training.nonfinite import NonFiniteLossError
+from src.training.plan import num_train_steps, save_interval, valid_interval
 from tests.toy_task import ToyDataset, ToyTask, collate, toy_cfg
 
 

@@ -5,8 +5,16 @@ import time
 
 import pytest
 
-from src.training.engine import StepResult, Trainer
-from src.training.hooks import CheckpointRetention, Hook, MetricsWriter, RestoreSaver, Validation
+from src.training.contracts import Hook, StepResult
+from src.training.engine import Trainer
+from src.training.hooks import (
+    BestCheckpoint,
+    EarlyStopping,
+    Evaluation,
+    MetricsWriter,
+    RestoreSaver,
+    StepCheckpoints,
+)
 from tests import mp_utils
 from tests.toy_task import ToyTask, toy_cfg
 
@@ -44,15 +52,15 @@ def test_default_hooks_then_task_then_user_hooks_in_order(tmp_path):
     user = Recorder("user", calls)
     trainer = Trainer(toy_cfg(tmp_path, num_valid=2, min_valid_steps=1), HookedTask(calls), hooks=[user])
     summary = trainer.train()
-    assert [type(h) for h in trainer.hooks[:4]] == [MetricsWriter, Validation, CheckpointRetention,
-                                                     RestoreSaver]
-    assert [h.name for h in trainer.hooks[4:]] == ["task", "user"]
+    assert [type(h) for h in trainer.hooks[:6]] == [MetricsWriter, Evaluation, StepCheckpoints, BestCheckpoint,
+                                                     EarlyStopping, RestoreSaver]
+    assert [h.name for h in trainer.hooks[6:]] == ["task", "user"]
     T = summary["global_step"]
     assert T == 16 and trainer.plan.valid_steps == 8
     user_calls = [(what, step) for name, what, step in calls if name == "user"]
     expected = [("before_train", 0)]
     for s in range(1, T + 1):
-        if s % 8 == 0:  # validation runs inside Validation.after_step, before the later hooks' after_step
+        if s % 8 == 0:  # validation runs inside Evaluation.after_step, before the later hooks' after_step
             expected.append(("after_validation", s))
         expected.append(("after_step", s))
     expected.append(("after_train", T))
@@ -60,6 +68,37 @@ def test_default_hooks_then_task_then_user_hooks_in_order(tmp_path):
     # the task's hook runs before the user's at every call
     assert [c[1:] for c in calls if c[0] == "task"] == user_calls
     assert calls.index(("task", "after_step", 5)) < calls.index(("user", "after_step", 5))
+
+
+class ReversedHooks(Trainer):
+    """The default hooks in the opposite order: hooks exchange results through ``trainer.state`` and the
+    engine writes the restore file of the last step, so the order must not change anything."""
+
+    def default_hooks(self):
+        return super().default_hooks()[::-1]
+
+
+def _ckpt_files(out):
+    return sorted(p.name for p in (out / "ckpt").iterdir())
+
+
+@pytest.mark.parametrize("trainer_class", [Trainer, ReversedHooks])
+def test_default_hooks_do_not_depend_on_their_order(tmp_path, trainer_class):
+    """Early stopping at step 5, keep_last_k 1: the same best, files and finished restore file either way."""
+    import torch
+
+    curve = {1: 1.0, 2: 2.0, 3: 3.0, 4: 2.5, 5: 2.9, 6: 9.0}
+    cfg = toy_cfg(tmp_path, num_valid=16, min_valid_steps=1, best_metric="score", early_stop_patience=2,
+                  keep_last_k=1)
+    s = trainer_class(cfg, ToyTask(metric_curve=curve.get)).train()
+    assert s["global_step"] == 5 and s["stopped_early"]
+    assert s["best"] == {"metric": "score", "value": 3.0, "step": 3}
+    assert _ckpt_files(tmp_path) == ["model_best.pt", "model_step_3.pt", "model_step_5.pt", "restore.pt",
+                                      "restore_backup.pt"]
+    restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=False)
+    assert restore["global_step"] == 5 and restore["finished"] and restore["best"]["bad_validations"] == 2
+    again = trainer_class(cfg, ToyTask(metric_curve=curve.get)).train()  # nothing left to do
+    assert again["global_step"] == 5 and again["stopped_early"]
 
 
 def test_hooks_are_closed_when_a_hook_raises(tmp_path):

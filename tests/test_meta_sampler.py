@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from src.datasets.multi import MultiDataset
+from src.training.contracts import Hook
 from src.training.data import MetaSampler
-from src.training.engine import Hook, Trainer
+from src.training.engine import Trainer
 from tests.toy_task import ToyTask, toy_cfg
 
 SIZES, RATIOS, B = [100, 300, 20], [1, 3, 1], 4

@@ -15,7 +15,8 @@ from src.datasets.loaders import PrefetchLoader
 from src.tasks.common import forward_clips, main
 from src.tasks.run_msrvtt_mc import MSRVTTMCTask
 from src.tasks.run_video_retrieval import RetrievalTask, retrieval_shard
-from src.training.engine import Trainer, flatten_metrics
+from src.training.engine import Trainer
+from src.training.hooks import flatten_metrics
 from tests.conftest import requires_horovod
 from tests.mp_utils import check, run_horovod
 

@@ -7,7 +7,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from src.config import parse_args
-from src.training.engine import Task
+from src.training.task import Task
 
 DIM = 6
 

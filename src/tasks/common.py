@@ -27,8 +27,10 @@ from src.config import parse_args_or_exit
 from src.datasets.loaders import PrefetchLoader, build_img_norm
 from src.modeling.build import build_model
 from src.modeling.heads import aggregate_clip_logits, clip_aggregated_loss
-from src.training.engine import Hook, Task, Trainer
+from src.training.contracts import Hook
+from src.training.engine import Trainer
 from src.training.preemption import Preempted
+from src.training.task import Task
 from src.utils.device import num_workers
 from src.utils.distributed import all_gather_list
 from src.utils.errors import UserError, one_line

@@ -25,7 +25,7 @@ import logging
 import os
 
 import src.compat.hvd as hvd
-from src.training.hooks import Hook
+from src.training.contracts import Hook
 from src.training.plan import RunPlan
 from src.utils.errors import UserError
 
@@ -53,36 +53,24 @@ class ElasticCommit(Hook):
     """Every ``every`` steps: the elastic commit (Horovod: ``state.commit()``, which may raise
     ``HostsUpdatedInterrupt``; torchrun with restarts: the restore file). Collective."""
 
-    collective = True
-
     def __init__(self, every: int, state=None):
         self.every, self.state = every, state
 
     def after_step(self, trainer, result):
         if trainer.global_step % self.every or trainer.finished:
-            return
+            return  # the engine writes the restore file of the step that ends the run
         if self.state is not None:
             self.state.commit()
-        elif trainer.global_step % trainer.plan.save_steps:  # else RestoreSaver has just written it
-            trainer.save_restore()
-
-
-def _adopt_world(trainer) -> None:
-    """After Horovod re-formed the job: this process's rank, the world size, main-rank duties."""
-    was_main = trainer.is_main
-    trainer.rank, trainer.world = hvd.rank(), hvd.size()
-    trainer.is_main = trainer.rank == 0
-    if trainer.is_main and not was_main:
-        trainer.become_main()
-    trainer.sampler.reshard(trainer.world, trainer.rank)
+        else:
+            trainer.save_restore()  # nothing to do if RestoreSaver has just written this step
 
 
 def _sync(trainer, reseed: bool) -> None:
     """Rank 0's state everywhere; the plan rescaled to the current world size."""
     outcome = hvd.broadcast_object(trainer.run_outcome if trainer.is_main else None, 0,
                                    name="elastic.outcome")
-    trainer.run_outcome = outcome
     if isinstance(outcome, Exception):  # rank 0 could not take the run directory: all stop (Trainer._run)
+        trainer.adopt_plan(trainer.plan, outcome)
         return
     joining = trainer.global_step == 0
     counters = trainer.sync_from_rank0()
@@ -92,10 +80,9 @@ def _sync(trainer, reseed: bool) -> None:
         logger.warning("elastic: %d -> %d processes at step %d; the run now ends at step %d (was %d), the "
                        "epoch continues after its %d consumed examples", plan.world_size, trainer.world,
                        trainer.global_step, new.num_train_steps, plan.num_train_steps,
-                       trainer.examples_in_epoch)
+                       trainer.state.examples_in_epoch)
         plan = new
-    trainer.plan = plan
-    trainer.sampler.reshard(trainer.world, trainer.rank)
+    trainer.adopt_plan(plan, outcome)
     if reseed or (joining and trainer.global_step > 0):
         trainer.reseed()
 
@@ -127,7 +114,7 @@ def _state_class():
 
         def reset(self):
             self._after_reset = True
-            _adopt_world(self.trainer)
+            self.trainer.adopt_world()
 
     return EngineState
 

@@ -35,7 +35,6 @@ import math
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 
 import torch
 
@@ -44,7 +43,8 @@ from src.config.options import profile_range
 from src.optimization.param_groups import build_optimizer, embedding_tables, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training import batch_size_finder
-from src.training.checkpoint import ModelSaver, TrainingRestorer, atomic_write_text, load_model_weights
+from src.training.checkpoint import TrainingRestorer, atomic_write_text, load_model_weights
+from src.training.contracts import Hook, StepResult
 from src.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
 from src.training.elastic import (
     ElasticCommit,
@@ -54,20 +54,20 @@ from src.training.elastic import (
     torchrun_restarts,
 )
 from src.training.hooks import (
-    CheckpointRetention,
-    Hook,
+    BestCheckpoint,
+    EarlyStopping,
+    Evaluation,
     MetricsWriter,
     RestoreSaver,
-    Validation,
-    flatten_metrics,
-    metric_mode,
+    StepCheckpoints,
 )
-from src.training.nonfinite import NonFiniteLossError, check_final_weights, check_finite
-from src.training.plan import RunPlan, num_train_steps, save_interval, valid_interval
-from src.training.precision import AMP_TOLERATED_NONFINITE_STEPS, FullPrecision, build_precision
+from src.training.nonfinite import check_final_weights, check_finite
+from src.training.plan import RunPlan
+from src.training.precision import FullPrecision, build_precision
 from src.training.preemption import StopSignals, stop_on_signal
 from src.training.profiling import StepProfiler
 from src.training.run_dir import RunDirectory, check_same_restore_state
+from src.training.run_state import RunState
 from src.training.state import TrainerState
 from src.training.task import Task
 from src.training.wandb_logger import WandbLogger
@@ -77,34 +77,6 @@ from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remo
 from src.utils.misc import NoOp, set_random_seed, zero_none_grad
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["Trainer", "StepResult", "NonFiniteLossError", "Task", "Hook", "RunPlan", "flatten_metrics",
-           "metric_mode", "num_train_steps", "valid_interval", "save_interval", "MAX_FP16_NONFINITE_STEPS"]
-
-MAX_FP16_NONFINITE_STEPS = AMP_TOLERATED_NONFINITE_STEPS
-
-
-@dataclass
-class StepResult:
-    """What one optimizer step did. Loss figures and counts are over all ranks."""
-
-    step: int  # the global step just taken (1-based)
-    loss: float  # mean loss of the step's finite micro-batches (nan if none was finite)
-    n_nonfinite: int  # micro-batches with a nan/inf loss
-    grad_norm: float | None  # total norm before clipping (None: grad_norm -1, no clipping)
-    skipped: bool  # the optimizer step was skipped (amp: gradient overflow)
-    skipped_total: int  # steps skipped so far in this process
-    loss_scale: float | None  # amp's loss scale after the step (None without loss scaling)
-    lr_transformer: float
-    lr_cnn: float
-    n_examples: int  # examples this rank trained on in this step
-    seconds: float  # wall time of the step, data loading included
-    data_wait: float  # of which waiting for the data loader
-    extras: dict = field(default_factory=dict)  # extra scalars the task's forward returned
-    comm_wait: float = 0.0  # of which blocked in the gradient allreduce after the last backward
-    stop_requested: bool = False  # a rank received SIGTERM/SIGUSR1/SIGINT (src.training.preemption)
-    memory_mb: float = 0.0  # this rank's peak CUDA memory in the step, or its RSS on the CPU
-
 
 class Trainer(TrainerState):
     """``Trainer(cfg, task, hooks=()).train()`` -> summary dict (see :meth:`train`).
@@ -119,18 +91,20 @@ class Trainer(TrainerState):
         self.cfg, self.task = cfg, task
         self._extra_hooks = list(hooks)
         self.hooks: list[Hook] = []
-        self.global_step = self.epoch = self.examples_in_epoch = 0
+        self.state = RunState()  # position, best, patience, stop request: shared with the hooks
         self.elastic = horovod_elastic()
         self._started = False
-        self.best = {"metric": None, "value": None, "step": None, "bad_validations": 0, "patience_ref": None}
-        self.finished = False
-        self.last_metrics: dict | None = None
         self.model = self.optimizer = self.plan = None
         self.precision: FullPrecision | None = None
         self.tb, self._log_handler, self.run_dir = NoOp(), None, None
-        self._nonfinite_streak = 0
         self.signals = StopSignals()
-        self.restore_saved_at: int | None = None  # the step the restore file was last written at
+
+    # read-only views of the run state, for hooks and callers
+    global_step = property(lambda self: self.state.global_step)
+    epoch = property(lambda self: self.state.epoch)
+    finished = property(lambda self: self.state.finished)
+    best = property(lambda self: self.state.best)
+    last_metrics = property(lambda self: self.state.last_metrics)
 
     # ---------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
@@ -146,12 +120,13 @@ class Trainer(TrainerState):
         return hooks
 
     def default_hooks(self) -> list[Hook]:
-        """Metrics writer, validation (+ best checkpoint, early stopping), checkpoint retention, restore
-        file — in this order; then W&B (``wandb_project``) and the profiler (``profile_steps``)."""
-        hooks = [MetricsWriter(self.cfg.log_interval),
-                 Validation(self.plan.valid_steps, self.cfg.early_stop_patience,
-                            self.cfg.early_stop_min_delta),
-                 CheckpointRetention(self.cfg.keep_last_k, self.cfg.keep_top_k),
+        """Metrics writer, evaluation and what acts on it (step checkpoints, best checkpoint, early
+        stopping), the periodic restore file; then W&B (``wandb_project``) and the profiler
+        (``profile_steps``)."""
+        cfg = self.cfg
+        hooks = [MetricsWriter(cfg.log_interval), Evaluation(self.plan.valid_steps),
+                 StepCheckpoints(cfg.keep_last_k, cfg.keep_top_k), BestCheckpoint(),
+                 EarlyStopping(cfg.early_stop_patience, cfg.early_stop_min_delta),
                  RestoreSaver(self.plan.save_steps)]
         if self.cfg.wandb_project:  # W&B beside TensorBoard (src.training.wandb_logger)
             hooks.append(WandbLogger(self.cfg))
@@ -179,14 +154,28 @@ class Trainer(TrainerState):
             self._log_handler = add_log_to_file(os.path.join(self.log_dir, "log.txt"))
         else:  # as ClipBERT: progress lines from rank 0 only; other ranks still report warnings
             logging.getLogger().setLevel(logging.WARNING)
-        self.saver = ModelSaver(self.ckpt_dir) if self.is_main else None
         self.restorer = TrainingRestorer(self.ckpt_dir)
 
-    def become_main(self) -> None:
+    def adopt_world(self) -> None:
+        """Horovod elastic re-formed the job: this process's rank, the world size, rank 0's duties, the
+        data sampler's share."""
+        was_main = self.is_main
+        self.rank, self.world = hvd.rank(), hvd.size()
+        self.is_main = self.rank == 0
+        if self.is_main and not was_main:
+            self._become_main()
+        self.sampler.reshard(self.world, self.rank)
+
+    def adopt_plan(self, plan: RunPlan, run_outcome) -> None:
+        """The plan (rescaled to the world size) and run-directory outcome every rank takes from rank 0."""
+        self.plan, self.run_outcome = plan, run_outcome
+        self.sampler.reshard(self.world, self.rank)
+
+    def _become_main(self) -> None:
         """Horovod elastic made this process rank 0 (the old one is gone): it now writes the outputs."""
         setup_logging()
         self._log_handler = add_log_to_file(os.path.join(self.log_dir, "log.txt"))
-        self.saver, self.tb = ModelSaver(self.ckpt_dir), make_tb_logger(self.log_dir, True)
+        self.tb = make_tb_logger(self.log_dir, True)
         logger.warning("elastic: this process is rank 0 now and writes log, checkpoints and metrics")
 
     def _claim_output_dir(self) -> str:
@@ -212,7 +201,7 @@ class Trainer(TrainerState):
         model = self.task.build_model(cfg).to(self.device)
         dataset, collate_fn = self.task.build_train_data(cfg)
         self.plan = RunPlan.build(cfg, len(dataset), self.world)
-        self.best["metric"] = cfg.best_metric or self.task.main_metric
+        self.state.best["metric"] = cfg.best_metric or self.task.main_metric
         compression = hvd.Compression.fp16 if cfg.grad_compression == "fp16" else hvd.Compression.none
         tables = embedding_tables(model) if cfg.row_sparse_allreduce else ()
         optimizer = hvd.DistributedOptimizer(build_optimizer(model, cfg), compression=compression,
@@ -243,7 +232,8 @@ class Trainer(TrainerState):
             self._load_restore_state(state)
             self._apply_extend()
         elif self.run_outcome == "finished":  # its restore files were deleted; the final checkpoint is there
-            self.global_step, self.finished = self.plan.stop_step, True
+            self.state.global_step = self.plan.stop_step
+            self.state.request_stop("finished (its restore files were deleted)")
         self.precision.before_training(self.optimizer, fresh_run=self.global_step == 0)
         p = self.plan
         warning = p.accumulation_warning()
@@ -262,10 +252,10 @@ class Trainer(TrainerState):
             raise RunDirError(f"existing_run=extend: the run in {self.cfg.output_dir} is at step "
                               f"{self.global_step} and the new settings end at step {self.plan.stop_step}; "
                               f"nothing to extend (train for more epochs, or use --existing_run restart)")
-        if self.finished:
+        if self.state.finished:
             logger.info("existing_run=extend: the finished run continues from step %d to %d",
                         self.global_step, self.plan.stop_step)
-        self.finished = False
+        self.state.stop_reason = None
 
     def _train_sampler(self, dataset) -> ResumableDistributedSampler:
         """Shuffled and resumable; for several datasets (``sizes`` + ``ratios``, src.datasets.multi)
@@ -321,7 +311,7 @@ class Trainer(TrainerState):
         stats[3] = float(self.signals.received is not None)
         loss, n_bad, n_stop = self._reduce_loss_stats(stats)
         check_finite(self, n_bad)  # before the step: a stop keeps the last good weights
-        self.global_step += 1
+        self.state.global_step += 1
         lr_t, lr_c = self._set_lr()
         grad_norm = self._clip_grad_norm()
         with opt.skip_synchronize():
@@ -363,15 +353,16 @@ class Trainer(TrainerState):
         """Batches forever, epoch after epoch, continuing at the data position (``examples_in_epoch``:
         consumed by all ranks together, see src.training.state)."""
         while True:
-            self.sampler.set_epoch(self.epoch)
-            self.sampler.start_at(self.examples_in_epoch)
+            state = self.state
+            self.sampler.set_epoch(state.epoch)
+            self.sampler.start_at(state.examples_in_epoch)
             span = self.cfg.train_batch_size * self.world
             if len(self.sampler) > 0:
                 for batch in self.loader:
-                    self.examples_in_epoch = min(self.examples_in_epoch + span, self.sampler.n)
+                    state.examples_in_epoch = min(state.examples_in_epoch + span, self.sampler.n)
                     yield batch
-            self.epoch += 1
-            self.examples_in_epoch = 0
+            state.epoch += 1
+            state.examples_in_epoch = 0
 
     def _reduce_loss_stats(self, stats: torch.Tensor) -> tuple[float, int, int]:
         if self.world > 1:
@@ -441,7 +432,7 @@ class Trainer(TrainerState):
         if not self._started:
             if isinstance(self.run_outcome, Exception):  # elastic: rank 0's run-directory error, synced
                 raise RunDirError(str(self.run_outcome))
-            if self.finished or self.at_end:
+            if self.state.finished or self.at_end:
                 where = (self.restorer.path if self.run_outcome != "finished" else
                          f"{self.ckpt_dir}/model_step_{self.global_step}.pt; its restore files were deleted")
                 logger.info("training already finished at step %d (%s); nothing to do", self.global_step,
@@ -463,19 +454,26 @@ class Trainer(TrainerState):
         self.model.train()
         self.optimizer.zero_grad()
         self._data = self._batches()
-        while not (self.finished or self.at_end):
+        while not (self.state.finished or self.at_end):
             result = self.run_step()
             if math.isfinite(result.loss):
                 self.running_loss(result.loss)
             if self.at_end:
-                self.finished = True
+                self.state.request_stop("finished")
             for h in self.hooks:
                 h.after_step(self, result)
-            if result.stop_requested and not (self.finished or self.at_end):
-                stop_on_signal(self)
+            self._end_of_step(result)
+
+    def _end_of_step(self, result: StepResult) -> None:
+        """After every hook: the step that ends the run (the last one, an early stop) writes the restore
+        file; a stop signal writes it and exits 75 (``src.training.preemption``)."""
+        if self.state.finished:
+            self.save_restore()
+        elif result.stop_requested:
+            stop_on_signal(self)
 
     def _summary(self) -> dict:
         return {"global_step": self.global_step, "num_train_steps": self.plan.num_train_steps,
-                "best": {k: self.best[k] for k in ("metric", "value", "step")},
-                "last_metrics": self.last_metrics,
-                "stopped_early": self.finished and self.global_step < self.plan.stop_step}
+                "best": {k: self.state.best[k] for k in ("metric", "value", "step")},
+                "last_metrics": self.state.last_metrics,
+                "stopped_early": self.state.finished and self.global_step < self.plan.stop_step}

@@ -1,29 +1,36 @@
 """Periodic work around the training step, as hooks (the model is detectron2's ``engine/hooks.py``).
 
-The trainer runs ``before_train`` once, then after every optimizer step ``after_step(trainer, result)``
-on each hook in order, ``after_train`` at the end, and ``close`` whether the run ended well or not.
-Its default hooks, in this order:
+The contract (:class:`~src.training.contracts.Hook`, what a step reports, what a hook may use of the
+trainer) is ``src.training.contracts``. The trainer runs ``before_train`` once, then after every
+optimizer step ``after_step(trainer, result)`` on each hook in order, ``after_train`` at the end, and
+``close`` whether the run ended well or not. Its default hooks:
 
-==================  ==========  ====================================================================
-hook                collective  what it does
-==================  ==========  ====================================================================
-:class:`MetricsWriter`   no     TensorBoard scalars every step, a log.txt line every ``log_interval``
-                                steps and at the end, the tqdm bar (rank 0 writes; others do nothing)
-:class:`Validation`      yes    every ``valid_steps`` and at the end: ``task.evaluate`` on every rank,
-                                ``model_step_N.pt``, best checkpoint, early stopping
-:class:`RestoreSaver`    yes    every ``save_steps``, at the end and when stopping early: the restore
-                                file (gathers every rank's RNG state)
-==================  ==========  ====================================================================
+==========================  ==========  ==============================================================
+hook                        collective  what it does
+==========================  ==========  ==============================================================
+:class:`MetricsWriter`      no          TensorBoard scalars every step, a log.txt and metrics.jsonl line
+                                        every ``log_interval`` steps and at the end, progress (rank 0)
+:class:`Evaluation`         yes         every ``valid_steps`` and at the end: ``task.evaluate`` on every
+                                        rank, publishes the result, calls every ``after_validation``
+:class:`StepCheckpoints`    no          on a validation: ``model_step_N.pt``, ``keep_last_k/top_k``
+:class:`BestCheckpoint`     no          on a validation: ``model_best.pt`` + ``log/best_metric.json``
+:class:`EarlyStopping`      no          on a validation: patience, ``trainer.state.request_stop``
+:class:`RestoreSaver`       yes         ``ckpt/restore.pt`` every ``save_steps`` (gathers RNG states)
+==========================  ==========  ==============================================================
 
 then the task's hooks (``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``,
-and last, in elastic runs only, ``src.training.elastic.ElasticCommit`` (collective: every
-``elastic_commit_steps``, Horovod's commit or, under ``torchrun --max-restarts``, the restore file).
+and last, in elastic runs only, ``src.training.elastic.ElasticCommit``.
+
+Hooks exchange results through ``trainer.state`` (``src.training.run_state``), never through files or
+the trainer's fields, and no hook depends on another's place in the list: the validation hooks act in
+``after_validation`` on the published record, and the engine itself writes the restore file of the step
+that ends the run (the last step, an early stop or a stop signal) after every hook's ``after_step``.
 
 A **collective** hook calls collective operations (allreduce, broadcast, gather): it must run on every
 rank at the same steps, in the same order, or the job stalls until the launcher's timeout. Decide when
 to act from values every rank agrees on (``trainer.global_step``, ``result`` — its numbers are
-allreduced), never from rank-local state. A hook that raises ends its process; ``horovodrun`` and
-``torchrun`` then stop the whole job (``tests/test_hooks.py`` checks it does not hang).
+allreduced — and ``trainer.state``), never from rank-local state. A hook that raises ends its process;
+``horovodrun`` and ``torchrun`` then stop the whole job (``tests/test_hooks.py`` checks it does not hang).
 """
 from __future__ import annotations
 
@@ -31,41 +38,17 @@ import json
 import logging
 import math
 import os
-from typing import TYPE_CHECKING
 
 import torch
 
 import src.compat.hvd as hvd
-from src.training.checkpoint import checkpoints_to_keep
+from src.training.checkpoint import ModelSaver, atomic_write_text, checkpoints_to_keep
+from src.training.contracts import Hook
 from src.training.metrics_log import MetricsLog, read_metrics
+from src.training.run_state import ValidationRecord
 from src.utils.progress import Progress
 
-if TYPE_CHECKING:
-    from src.training.engine import StepResult, Trainer
-
 logger = logging.getLogger(__name__)
-
-
-class Hook:
-    """Subclass and override what you need; every method is a no-op by default."""
-
-    #: True if the hook calls collectives (see the module docstring); informational for readers/tools
-    collective = False
-
-    def before_train(self, trainer: Trainer) -> None:
-        """After set-up (model, data, resume) and before the first step of this process."""
-
-    def after_step(self, trainer: Trainer, result: StepResult) -> None:
-        """After each optimizer step; ``trainer.global_step`` is the step just taken."""
-
-    def after_validation(self, trainer: Trainer, metrics: dict[str, float]) -> None:
-        """After each validation (called by :class:`Validation` with the flattened metrics)."""
-
-    def after_train(self, trainer: Trainer, summary: dict) -> None:
-        """After the last step (not called when the run stops on an error)."""
-
-    def close(self) -> None:
-        """Release what the hook holds (files, progress bars); called when ``train()`` returns or raises."""
 
 
 def flatten_metrics(d: dict, prefix: str = "") -> dict[str, float]:
@@ -155,46 +138,37 @@ class MetricsWriter(Hook):
             self._pbar = None
 
 
-class Validation(Hook):
-    """Every ``every`` steps and at the end: evaluate, save ``model_step_N.pt``, track the best value of
-    ``trainer.best["metric"]`` (``model_best.pt`` + ``log/best_metric.json``), stop early after
-    ``patience`` validations without an improvement larger than ``min_delta`` (-1: never). A smaller
-    improvement still updates the best checkpoint; it only does not reset patience."""
+class Evaluation(Hook):
+    """Every ``every`` steps and at the end: ``task.evaluate`` on every rank (rank 0's metrics for all),
+    the weights checked for nan/inf, the metrics to TensorBoard, log.txt and ``log/metrics.jsonl``;
+    then :class:`~src.training.run_state.ValidationRecord` in ``trainer.state.validation`` and every
+    hook's ``after_validation``: the hooks below act on it there, so their order does not matter."""
 
-    collective = True
-
-    def __init__(self, every: int, patience: int = -1, min_delta: float = 0.0):
-        self.every, self.patience, self.min_delta = every, patience, min_delta
-
-    def significant(self, value: float, ref: float | None, mode: str) -> bool:
-        """An improvement on ``ref`` (the value at the last reset of patience) by more than
-        ``min_delta`` (MMF's and Lightning's definition); the first validation always is one."""
-        if ref is None:
-            return True
-        return value - ref > self.min_delta if mode == "max" else ref - value > self.min_delta
+    def __init__(self, every: int):
+        self.every = every
 
     def after_step(self, trainer, result):
         if trainer.global_step % self.every == 0 or trainer.at_end:
             self.validate(trainer)
 
     def validate(self, trainer) -> dict[str, float]:
+        step = trainer.global_step
         metrics = self.evaluate(trainer)
-        trainer.last_metrics = metrics
-        trainer.tb.log_scalar_dict({f"valid/{k}": v for k, v in metrics.items()}, step=trainer.global_step)
-        logger.info("validation at step %d: %s", trainer.global_step,
-                    ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        trainer.tb.log_scalar_dict({f"valid/{k}": v for k, v in metrics.items()}, step=step)
+        logger.info("validation at step %d: %s", step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         if trainer.is_main:
-            MetricsLog(trainer.log_dir).append("valid", trainer.global_step, trainer.epoch, metrics)
-        state = trainer.model_state_dict() if trainer.is_main else None
-        finite = hvd.broadcast_object(trainer.weights_finite(state) if trainer.is_main else None, root_rank=0)
+            MetricsLog(trainer.log_dir).append("valid", step, trainer.epoch, metrics)
+        weights = trainer.model_state_dict() if trainer.is_main else None
+        finite = hvd.broadcast_object(trainer.weights_finite(weights) if trainer.is_main else None, 0)
         if not finite:  # never a "checkpoint" or "best": inference on it would only mislead
             logger.warning("validation at step %d: the weights are not finite (nan/inf); model_step_%d.pt "
-                           "and model_best.pt are not written", trainer.global_step, trainer.global_step)
-        elif trainer.is_main:
-            trainer.saver.save(state, trainer.global_step)
-        self.update_best(trainer, metrics, state, finite)
-        for h in trainer.hooks:
-            h.after_validation(trainer, metrics)
+                           "and model_best.pt are not written", step, step)
+        trainer.state.publish_validation(ValidationRecord(step, metrics, finite, weights))
+        try:
+            for h in trainer.hooks:
+                h.after_validation(trainer, metrics)
+        finally:
+            trainer.state.validation = None  # the fp32 copy of the weights is not kept beyond this step
         return metrics
 
     @staticmethod
@@ -207,69 +181,117 @@ class Validation(Hook):
         model.train()
         return hvd.broadcast_object(flatten_metrics(metrics or {}), root_rank=0)
 
-    def update_best(self, trainer, metrics, state, weights_finite=True):
-        """Collective decision (every rank updates ``trainer.best`` alike); rank 0 writes the files."""
-        best = trainer.best
-        name = best["metric"]
-        if name not in metrics:
-            raise KeyError(f"best_metric={name!r} is not among the validation metrics "
-                           f"({', '.join(sorted(metrics))}); set --best_metric to one of them")
-        value, prev = metrics[name], best["value"]
-        mode = metric_mode(name, trainer.cfg.best_metric_mode)
-        candidate = weights_finite and math.isfinite(value)
-        if not math.isfinite(value):
-            logger.warning("validation at step %d: %s is %s, not a candidate for the best checkpoint",
-                           trainer.global_step, name, value)
-        if candidate and (prev is None or (value > prev if mode == "max" else value < prev)):
-            best.update(value=value, step=trainer.global_step)
-            if trainer.is_main:
-                trainer.saver.save_best(state)
-                with open(os.path.join(trainer.log_dir, "best_metric.json"), "w") as f:
-                    json.dump({"metric": name, "value": value, "step": trainer.global_step, "mode": mode},
-                              f, indent=4)
-        # the reference of patience; restore files written before min_delta existed have none: the best
-        ref = best.get("patience_ref") if best.get("patience_ref") is not None else prev
-        if candidate and self.significant(value, ref, mode):
-            best.update(patience_ref=value, bad_validations=0)
-            return
-        best["bad_validations"] += 1
-        if self.patience != -1 and best["bad_validations"] >= self.patience:
-            logger.info("early stopping at step %d: %s has not improved on %s (step %s) for %d "
-                        "validations", trainer.global_step, name, best["value"], best["step"], self.patience)
-            trainer.finished = True
+
+def _best_metric(trainer, metrics: dict[str, float]) -> tuple[str, float, str]:
+    """(name, value, mode) of the metric the best checkpoint and early stopping follow."""
+    name = trainer.state.best["metric"]
+    if name not in metrics:
+        raise KeyError(f"best_metric={name!r} is not among the validation metrics "
+                       f"({', '.join(sorted(metrics))}); set --best_metric to one of them")
+    return name, metrics[name], metric_mode(name, trainer.cfg.best_metric_mode)
 
 
-class CheckpointRetention(Hook):
-    """After each validation, delete the ``model_step_*.pt`` that ``keep_last_k`` / ``keep_top_k`` do
-    not keep (MMF's ``max_to_keep``, Lightning's ``save_top_k``); never the best or the latest. The
-    metric history comes from ``log/metrics.jsonl``, so a resumed run ranks the earlier files too."""
+def _candidate(record, value: float) -> bool:
+    """Finite weights and a finite metric: a validation that may be the best or reset patience."""
+    return record.weights_finite and math.isfinite(value)
+
+
+class StepCheckpoints(Hook):
+    """``ckpt/model_step_N.pt`` at each validation with finite weights (rank 0), then the removal of those
+    ``keep_last_k`` / ``keep_top_k`` do not keep (MMF's ``max_to_keep``, Lightning's ``save_top_k``):
+    never the best or the latest. The ranking uses ``trainer.state.valid_history`` (seeded from
+    ``log/metrics.jsonl`` when a run resumes, so the earlier files are ranked too)."""
 
     def __init__(self, keep_last_k: int, keep_top_k: int):
         self.keep_last_k, self.keep_top_k = keep_last_k, keep_top_k
+        self.saver: ModelSaver | None = None
+
+    def before_train(self, trainer):
+        if trainer.is_main:
+            self.saver = ModelSaver(trainer.ckpt_dir)
+            if not trainer.state.valid_history:  # a resumed run: what it validated before
+                trainer.state.valid_history.update(
+                    {int(r["step"]): r for r in read_metrics(MetricsLog(trainer.log_dir).path, "valid")
+                     if r["step"] <= trainer.global_step})
 
     def after_validation(self, trainer, metrics):
-        if not trainer.is_main or (self.keep_last_k == -1 and self.keep_top_k == -1):
+        record = trainer.state.validation
+        if not trainer.is_main:
             return
-        name = trainer.best["metric"]
-        history = {int(r["step"]): r[name] for r in read_metrics(MetricsLog(trainer.log_dir).path, "valid")
-                   if name in r}
-        steps = trainer.saver.saved_steps()
+        if self.saver is None:  # this process became rank 0 (Horovod elastic)
+            self.before_train(trainer)
+        if record.weights_finite:
+            self.saver.save(record.weights, record.step)
+        if self.keep_last_k == -1 and self.keep_top_k == -1:
+            return
+        name = trainer.state.best["metric"]
+        history = {s: m[name] for s, m in trainer.state.valid_history.items() if name in m}
+        steps = self.saver.saved_steps()
         keep = checkpoints_to_keep(steps, history, metric_mode(name, trainer.cfg.best_metric_mode),
-                                   self.keep_last_k, self.keep_top_k, {trainer.best["step"]})
+                                   self.keep_last_k, self.keep_top_k, {trainer.state.best["step"]})
         for step in sorted(set(steps) - keep):
-            os.remove(trainer.saver.path(step))
-            logger.info("removed %s (keep_last_k %d, keep_top_k %d)", trainer.saver.path(step),
+            os.remove(self.saver.path(step))
+            logger.info("removed %s (keep_last_k %d, keep_top_k %d)", self.saver.path(step),
                         self.keep_last_k, self.keep_top_k)
 
 
-class RestoreSaver(Hook):
-    """The restore file (``ckpt/restore.pt``) every ``every`` steps and when the run is finished."""
+class BestCheckpoint(Hook):
+    """The best value of ``trainer.state.best["metric"]`` so far: ``ckpt/model_best.pt`` and
+    ``log/best_metric.json`` (rank 0 writes; every rank updates the state alike)."""
 
-    collective = True
+    def after_validation(self, trainer, metrics):
+        record, best = trainer.state.validation, trainer.state.best
+        name, value, mode = _best_metric(trainer, metrics)
+        if not math.isfinite(value):
+            logger.warning("validation at step %d: %s is %s, not a candidate for the best checkpoint",
+                           record.step, name, value)
+        prev = best["value"]
+        if not _candidate(record, value) or not (prev is None or (value > prev if mode == "max"
+                                                                  else value < prev)):
+            return
+        trainer.state.set_best(value, record.step)
+        if trainer.is_main:
+            ModelSaver(trainer.ckpt_dir).save_best(record.weights)
+            atomic_write_text(os.path.join(trainer.log_dir, "best_metric.json"), json.dumps(
+                {"metric": name, "value": value, "step": record.step, "mode": mode}, indent=4))
+
+
+class EarlyStopping(Hook):
+    """Stop after ``patience`` validations in a row without an improvement larger than ``min_delta``
+    (MMF's and Lightning's definition; -1: never). The reference is the value at the last improvement
+    that counted, so a run of small gains does not keep it alive; a smaller improvement still updates
+    the best checkpoint (:class:`BestCheckpoint`)."""
+
+    def __init__(self, patience: int = -1, min_delta: float = 0.0):
+        self.patience, self.min_delta = patience, min_delta
+
+    def significant(self, value: float, ref: float | None, mode: str) -> bool:
+        """An improvement on ``ref`` by more than ``min_delta``; the first validation always is one."""
+        if ref is None:
+            return True
+        return value - ref > self.min_delta if mode == "max" else ref - value > self.min_delta
+
+    def after_validation(self, trainer, metrics):
+        state = trainer.state
+        name, value, mode = _best_metric(trainer, metrics)
+        if _candidate(state.validation, value) and self.significant(value, state.best["patience_ref"], mode):
+            state.reset_patience(value)
+            return
+        bad = state.count_bad_validation()
+        if self.patience != -1 and bad >= self.patience:
+            state.request_stop(f"early stopping: {name} has not improved on {state.best['value']} "
+                               f"(step {state.best['step']}) for {self.patience} validations")
+            logger.info("early stopping at step %d: %s has not improved on %s (step %s) for %d validations",
+                        trainer.global_step, name, state.best["value"], state.best["step"], self.patience)
+
+
+class RestoreSaver(Hook):
+    """The restore file (``ckpt/restore.pt``) every ``every`` steps. The one of the step that ends the
+    run is the engine's (``Trainer._end_of_step``), so an early stop decided by a later hook is saved."""
 
     def __init__(self, every: int):
         self.every = every
 
     def after_step(self, trainer, result):
-        if trainer.global_step % self.every == 0 or trainer.finished:
+        if trainer.global_step % self.every == 0:
             trainer.save_restore()

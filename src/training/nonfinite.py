@@ -7,7 +7,6 @@ together. A run that reaches its last step with non-finite weights has failed to
 from __future__ import annotations
 
 import logging
-import os
 
 from src.training.checkpoint import ModelSaver
 from src.utils.errors import UserError
@@ -22,24 +21,26 @@ class NonFiniteLossError(UserError, RuntimeError):
 def check_finite(trainer, n_bad: int) -> None:
     """Count the streak of steps with non-finite micro-batches; stop when it exceeds what the
     precision tolerates."""
-    trainer._nonfinite_streak = trainer._nonfinite_streak + 1 if n_bad else 0
-    if n_bad and trainer._nonfinite_streak > trainer.precision.tolerated_nonfinite_steps:
+    state = trainer.state
+    state.nonfinite_streak = state.nonfinite_streak + 1 if n_bad else 0
+    if n_bad and state.nonfinite_streak > trainer.precision.tolerated_nonfinite_steps:
         _abort(trainer, n_bad)
 
 
 def _abort(trainer, n_bad: int) -> None:
     step = trainer.global_step
-    path = os.path.join(trainer.ckpt_dir, f"model_step_{step}.pt")
+    saver = ModelSaver(trainer.ckpt_dir)
+    path = saver.path(step)
     state = trainer.model_state_dict()
     weights_ok = trainer.weights_finite(state)  # the same on every rank: the weights are identical
     if trainer.is_main and weights_ok:
-        trainer.saver.save(state, step)
+        saver.save(state, step)
     tolerated = trainer.precision.tolerated_nonfinite_steps
     what = (f"{tolerated} consecutive steps with a non-finite loss under fp16" if tolerated
             else f"non-finite loss (nan/inf) in {n_bad} micro-batch(es)")
     saved = (f"last good weights (after step {step}) saved to {path}; " if weights_ok else
              f"the weights are no longer finite after step {step} and were not saved; ")
-    restore = trainer.restore_saved_at
+    restore = trainer.state.restore_saved_at
     msg = (f"training stopped at step {step + 1} (epoch {trainer.epoch}): {what}; {saved}"
            + (f"ckpt/restore.pt holds step {restore} to resume from; " if restore is not None
               else "no restore file yet; ")
@@ -53,8 +54,9 @@ def check_final_weights(trainer) -> None:
     row than the tolerated streak) has failed: say so, and where the last finite weights are."""
     if trainer.weights_finite():
         return
-    steps = ModelSaver(trainer.ckpt_dir).saved_steps()
-    last = os.path.join(trainer.ckpt_dir, f"model_step_{steps[-1]}.pt") if steps else None
+    saver = ModelSaver(trainer.ckpt_dir)
+    steps = saver.saved_steps()
+    last = saver.path(steps[-1]) if steps else None
     saved = f"the last finite weights saved are {last}" if last else "no finite weights were saved"
     msg = (f"training ended at step {trainer.global_step} with non-finite weights (nan/inf), "
            f"{trainer.precision.skipped_steps()} steps skipped by amp; they were not saved and {saved}; "

@@ -71,12 +71,12 @@ class StopSignals:
 def stop_on_signal(trainer) -> None:
     """Every rank at the same step (the request was allreduced with the step's loss statistics): the
     restore file (unless this step's is written already), one line from rank 0, :class:`Preempted`."""
-    if trainer.restore_saved_at != trainer.global_step:
-        trainer.save_restore()  # keeps the last finite state if the weights are not finite
+    trainer.save_restore()  # unless written at this step; keeps the last finite state if not finite
     got = (f"{trainer.signals.name} received" if trainer.signals.received
            else "a stop signal reached another rank")
-    held = ("this step" if trainer.restore_saved_at == trainer.global_step else
-            f"step {trainer.restore_saved_at} (the weights are not finite now)" if trainer.restore_saved_at
+    saved_at = trainer.state.restore_saved_at
+    held = ("this step" if saved_at == trainer.global_step else
+            f"step {saved_at} (the weights are not finite now)" if saved_at
             else "nothing: the weights are not finite")
     msg = (f"stopped at step {trainer.global_step} of {trainer.plan.stop_step} (epoch {trainer.epoch}): "
            f"{got}; {trainer.restorer.path} holds {held}, rerun the same command to resume (exit status "

@@ -14,7 +14,7 @@ import os
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from src.training.hooks import Hook
+from src.training.contracts import Hook
 
 logger = logging.getLogger(__name__)
 TOP_OPERATORS = 15

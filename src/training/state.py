@@ -24,15 +24,29 @@ import torch
 import src.compat.hvd as hvd
 from src.training.checkpoint import all_finite, fp32_state_dict
 from src.training.plan import RunPlan
+from src.training.run_state import RunState
 from src.utils.misc import get_rng_states, set_random_seed, set_rng_states
 
 logger = logging.getLogger(__name__)
 
-COUNTERS = ("global_step", "epoch", "examples_in_epoch", "finished")
-
-
 class TrainerState:
-    """Mixin for ``Trainer``: its weights, optimizer, precision, counters, data position and RNGs."""
+    """Mixin for ``Trainer``: saving, restoring and sharing its weights, optimizer, precision, run state
+    (``self.state``, src.training.run_state) and RNGs. The attributes below are the trainer's, set in
+    ``Trainer.__init__`` / ``setup``; this class only reads them, apart from ``state`` and ``plan``."""
+
+    cfg: object
+    state: RunState
+    model: torch.nn.Module
+    optimizer: object  # hvd.DistributedOptimizer, possibly amp-processed
+    precision: object  # src.training.precision
+    plan: RunPlan
+    restorer: object  # src.training.checkpoint.TrainingRestorer
+    running_loss: object  # src.utils.logger.RunningMeter
+    rank: int
+    world: int
+    is_main: bool
+    run_outcome: object
+    _saved_restore: tuple[int, bool] | None = None  # (step, finished) of the restore file last written
 
     # ------------------------------------------------------------------------------- weights
     def weights_finite(self, state: dict | None = None) -> bool:
@@ -58,32 +72,31 @@ class TrainerState:
     # ------------------------------------------------------------------------------- counters
     def counters(self) -> dict:
         """The run's position and bookkeeping (no tensors): what every rank must agree on."""
-        return {**{k: getattr(self, k) for k in COUNTERS}, "best": dict(self.best),
-                "running_loss": self.running_loss.val, "world_size": self.world,
+        return {**self.state.counters(), "running_loss": self.running_loss.val, "world_size": self.world,
                 "train_batch_size": self.cfg.train_batch_size, "num_train_steps": self.plan.num_train_steps,
-                "plan": self.plan.to_dict(), "nonfinite_streak": self._nonfinite_streak,
-                "amp": self.precision.state_dict()}
+                "plan": self.plan.to_dict(), "amp": self.precision.state_dict()}
 
     def _apply_counters(self, c: dict) -> None:
-        for k in COUNTERS:
-            setattr(self, k, c[k])
-        self.best.update(c["best"])
+        self.state.load_counters(c)
         self.running_loss.reset(c.get("running_loss"))
-        self._nonfinite_streak = c.get("nonfinite_streak", 0)
         self.precision.load_state_dict(c.get("amp"))
 
     # ------------------------------------------------------------------------------- restore file
     def save_restore(self) -> None:
-        """Write ``ckpt/restore.pt``. Collective: every rank must call it (RNG states are gathered).
-        Weights that are no longer finite are not saved: the file keeps the last state worth resuming."""
+        """Write ``ckpt/restore.pt``, unless it already holds this step in this state (finished or not).
+        Collective: every rank must call it (RNG states are gathered). Weights that are no longer finite
+        are not saved: the file keeps the last state worth resuming."""
+        now = (self.state.global_step, self.state.finished)
+        if self._saved_restore == now:
+            return
         state = self._restore_state()
         if not self.weights_finite(state["model"]):
             logger.warning("step %d: the weights are not finite (nan/inf); %s keeps the last finite state",
-                           self.global_step, self.restorer.path)
+                           self.state.global_step, self.restorer.path)
             return
         if self.is_main:
             self.restorer.save(state)
-        self.restore_saved_at = self.global_step
+        self.state.restore_saved_at, self._saved_restore = self.state.global_step, now
 
     def _restore_state(self) -> dict:
         rngs = hvd.allgather_object(get_rng_states())
@@ -102,9 +115,10 @@ class TrainerState:
             logger.warning("resume: the run was planned for %d steps, now %d (config changed?)",
                            state["num_train_steps"], self.plan.num_train_steps)
         self._restore_rngs(state)
-        self.restore_saved_at = self.global_step
+        s = self.state
+        s.restore_saved_at, self._saved_restore = s.global_step, (s.global_step, s.finished)
         logger.info("resumed from %s at step %d (epoch %d, %d of its examples consumed)", self.restorer.path,
-                    self.global_step, self.epoch, self.examples_in_epoch)
+                    s.global_step, s.epoch, s.examples_in_epoch)
 
     def _rescale_stored_plan(self, state: dict) -> None:
         """A resume on another number of processes (same settings) keeps the stored plan's examples
@@ -113,7 +127,7 @@ class TrainerState:
         if (stored is None or stored["world_size"] == self.world or self.run_outcome == "extend"
                 or stored["train_batch_size"] != self.cfg.train_batch_size):
             return
-        self.plan = RunPlan(**stored).rescaled(self.world, self.global_step)
+        self.plan = RunPlan(**stored).rescaled(self.world, self.state.global_step)
         state["num_train_steps"] = self.plan.num_train_steps  # the new horizon is expected, not a change
         logger.warning("resume: %d processes instead of %d; the run ends at step %d (keeps the examples "
                        "left to train on)", self.world, stored["world_size"], self.plan.num_train_steps)
@@ -132,7 +146,7 @@ class TrainerState:
 
     def reseed(self) -> None:
         """Per-rank RNG seeds for a continuation on a changed set of processes."""
-        set_random_seed(self.cfg.seed + 1000 * self.rank + self.global_step)
+        set_random_seed(self.cfg.seed + 1000 * self.rank + self.state.global_step)
 
     # ------------------------------------------------------------------------------- elastic
     def snapshot(self) -> dict:
@@ -146,6 +160,7 @@ class TrainerState:
         self.optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
         self.put_weights(snap["model"])
         self._apply_counters(copy.deepcopy(snap))
+        self._saved_restore = None  # the steps after the commit are redone: their restore file too
         self.optimizer.zero_grad()
 
     def sync_from_rank0(self) -> dict:
@@ -159,5 +174,6 @@ class TrainerState:
         if not self.is_main:
             self.put_weights(weights)
             self._apply_counters(counters)
+        self._saved_restore = None
         self.optimizer.zero_grad()
         return counters

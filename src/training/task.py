@@ -15,7 +15,7 @@ import torch
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
-    from src.training.hooks import Hook
+    from src.training.contracts import Hook
 
 
 class Task:

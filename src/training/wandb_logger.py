@@ -16,7 +16,8 @@ import netrc
 import os
 import uuid
 
-from src.training.hooks import Hook, MetricsWriter
+from src.training.contracts import Hook
+from src.training.hooks import MetricsWriter
 
 logger = logging.getLogger(__name__)
 RUN_ID_FILE = "wandb_run_id.txt"

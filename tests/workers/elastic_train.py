@@ -18,8 +18,9 @@ import time
 
 import torch
 
+from src.training.contracts import Hook
 from src.training.elastic import ElasticCommit
-from src.training.engine import Hook, Trainer
+from src.training.engine import Trainer
 from tests.toy_task import ToyDataset, ToyTask, toy_cfg
 
 torch.set_num_threads(1)

@@ -10,7 +10,9 @@ import sys
 import torch
 
 import src.compat.hvd as hvd
-from src.training.engine import Hook, NonFiniteLossError, Trainer
+from src.training.contracts import Hook
+from src.training.engine import Trainer
+from src.training.nonfinite import NonFiniteLossError
 from tests.toy_task import ToyTask, toy_cfg
 
 torch.set_num_threads(1)

@@ -10,7 +10,7 @@ import sys
 import torch
 
 from src.tasks.common import main
-from src.training.engine import Hook
+from src.training.contracts import Hook
 from tests.toy_task import ToyTask, toy_argv
 
 torch.set_num_threads(1)

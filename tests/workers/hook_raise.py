@@ -10,7 +10,8 @@ import sys
 import torch
 
 import src.compat.hvd as hvd
-from src.training.engine import Hook, Trainer
+from src.training.contracts import Hook
+from src.training.engine import Trainer
 from tests.toy_task import ToyTask, toy_cfg
 
 torch.set_num_threads(1)

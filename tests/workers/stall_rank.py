@@ -14,7 +14,7 @@ import torch
 
 import src.compat.hvd as hvd
 from src.tasks.common import main
-from src.training.engine import Hook
+from src.training.contracts import Hook
 from tests.toy_task import ToyTask, toy_argv
 
 torch.set_num_threads(1)

@@ -1,0 +1,96 @@
+"""The contracts between the engine, its hooks and tasks' hooks: what a step reports (:class:`StepResult`),
+what a hook may override (:class:`Hook`) and what a hook may read and call on the trainer
+(:class:`TrainerView`).
+
+A leaf module (it imports nothing from ``src.training``), so hooks, elastic training and tasks can
+name these types without importing the engine, and the engine without importing them back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from src.training.plan import RunPlan
+    from src.training.run_state import RunState
+
+
+@dataclass
+class StepResult:
+    """What one optimizer step did. Loss figures and counts are over all ranks."""
+
+    step: int  # the global step just taken (1-based)
+    loss: float  # mean loss of the step's finite micro-batches (nan if none was finite)
+    n_nonfinite: int  # micro-batches with a nan/inf loss
+    grad_norm: float | None  # total norm before clipping (None: grad_norm -1, no clipping)
+    skipped: bool  # the optimizer step was skipped (amp: gradient overflow)
+    skipped_total: int  # steps skipped so far in this process
+    loss_scale: float | None  # amp's loss scale after the step (None without loss scaling)
+    lr_transformer: float
+    lr_cnn: float
+    n_examples: int  # examples this rank trained on in this step
+    seconds: float  # wall time of the step, data loading included
+    data_wait: float  # of which waiting for the data loader
+    extras: dict = field(default_factory=dict)  # extra scalars the task's forward returned
+    comm_wait: float = 0.0  # of which blocked in the gradient allreduce after the last backward
+    stop_requested: bool = False  # a rank received SIGTERM/SIGUSR1/SIGINT (src.training.preemption)
+    memory_mb: float = 0.0  # this rank's peak CUDA memory in the step, or its RSS on the CPU
+
+
+class TrainerView(Protocol):
+    """What hooks use of ``src.training.engine.Trainer``. Hooks change the run only through
+    ``trainer.state`` (``request_stop``, the best checkpoint, patience) and :meth:`save_restore`."""
+
+    cfg: object
+    task: object
+    model: torch.nn.Module
+    plan: RunPlan
+    state: RunState
+    rank: int
+    world: int
+    is_main: bool
+    log_dir: str
+    ckpt_dir: str
+    tb: object  # TensorBoard writer (a no-op on ranks other than 0)
+    hooks: list[Hook]
+
+    @property
+    def global_step(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def at_end(self) -> bool: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    def model_state_dict(self) -> dict: ...
+
+    def weights_finite(self, state: dict | None = None) -> bool: ...
+
+    def save_restore(self) -> None: ...
+
+
+class Hook:
+    """Periodic work around the step (detectron2's ``HookBase``). Subclass and override what you need;
+    every method is a no-op by default. Arguments are the interface: an override may ignore them."""
+
+    def before_train(self, trainer: TrainerView) -> None:
+        """After set-up (model, data, resume) and before the first step of this process."""
+
+    def after_step(self, trainer: TrainerView, result: StepResult) -> None:
+        """After each optimizer step; ``trainer.global_step`` is the step just taken."""
+
+    def after_validation(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
+        """After each validation, on every rank, with the flattened metrics (the full record, with
+        ``weights_finite``, is ``trainer.state.validation``)."""
+
+    def after_train(self, trainer: TrainerView, summary: dict) -> None:
+        """After the last step (not called when the run stops on an error)."""
+
+    def close(self) -> None:
+        """Release what the hook holds (files, progress bars); called when ``train()`` returns or raises."""
