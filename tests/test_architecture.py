@@ -46,23 +46,11 @@ def _modules():
 MODULES = _modules()
 
 
-def _type_checking_nodes(tree):
-    """Nodes under ``if TYPE_CHECKING:`` (annotations only, never imported at run time)."""
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return out
-
-
 def _imports(path):
-    """Every ``src`` module a file imports at run time, at module level or inside functions."""
+    """Every ``src`` module a file imports, at module level, inside functions or under ``if
+    TYPE_CHECKING:`` (a type-only import is a dependency too: it makes the same cycle for a reader)."""
     found = set()
-    tree = ast.parse(path.read_text())
-    skip = _type_checking_nodes(tree)
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "src")
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("src"):
@@ -204,3 +192,12 @@ def test_entry_points_run_as_file_and_as_module(tmp_path):
                            timeout=120)
         assert p.returncode == 0, (argv, p.stderr[-2000:])
         assert "usage:" in p.stdout, argv
+
+
+def test_type_only_imports_count(tmp_path):
+    """An import under ``if TYPE_CHECKING:`` is an edge of the graph (the old engine -> elastic -> hooks
+    -> engine circle was one), as are imports inside functions."""
+    f = tmp_path / "m.py"
+    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                 "    from src.training.engine import Trainer\ndef g():\n    import src.training.hooks\n")
+    assert _imports(f) == {"src.training.engine", "src.training.hooks"}
