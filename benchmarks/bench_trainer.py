@@ -168,7 +168,7 @@ def fixed_costs(template, batches, tmp, n=300):
         return (time.process_time() - c0) / reps
     out = {}
     sampler = ResumableDistributedSampler(4 * n, 1, 0, shuffle=True, seed=42)
-    it = iter(build_train_dataloader(BatchList(batches, 4 * n), sampler, 1, first, 0, False, seed=42))
+    it = iter(build_train_dataloader(BatchList(batches, 4 * n), sampler, 1, first, n_workers=0, seed=42))
     out["data loader next()"] = cpu(lambda: next(it))
     model = copy.deepcopy(template)
     for p in model.parameters():

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from src.datasets.build import build_mc_dataset, build_qa_datasets, build_retrieval_datasets, load_tokenizer
 from src.datasets.data_utils import ImageNorm, ImagePad, ImageResize, mk_input_group
@@ -20,9 +21,11 @@ from src.datasets.dataset_retrieval import (
 from src.datasets.dataset_video_qa import VideoQACollator, VideoQADataset
 from src.datasets.jsonl import load_jsonl
 from src.datasets.lmdb_store import LMDBStore
-from src.datasets.loaders import InfiniteIterator, PrefetchLoader, build_dataloader
+from src.datasets.loaders import PrefetchLoader
 from src.preprocessing.file2lmdb import LMDBWriter
 from src.preprocessing.make_demo_data import build_demo_data, encode_mp4, render_video
+from src.tasks.common import shard_indices
+from src.training.data import ResumableDistributedSampler, build_train_dataloader
 from tests.conftest import requires_horovod
 from tests.mp_utils import check, run_horovod
 
@@ -188,8 +191,8 @@ def test_train_replaces_bad_videos_and_reports(mixed_store, tokenizer, caplog):
     keys = ["good0", "good1", "good2", "good3"] + BAD
     ds = VideoRetrievalDataset(_retrieval_groups(keys), mixed_store, itm_neg_size=1, fps=2, num_frm=2,
                                max_img_size=32, is_train=True, name="rt")
-    loader = build_dataloader(ds, VideoRetrievalCollator(tokenizer, 12), batch_size=3, is_train=True,
-                              num_workers=0, seed=1)
+    loader = build_train_dataloader(ds, ResumableDistributedSampler(len(ds), seed=1), 3,
+                                    VideoRetrievalCollator(tokenizer, 12))
     caplog.set_level(logging.INFO)
     seen = []
     for batch in PrefetchLoader(loader, ImageNorm(MEAN, STD), device="cpu"):
@@ -236,7 +239,7 @@ def _qa_eval_ds(mixed_store, keys, skip):
 
 def test_eval_fails_with_all_bad_keys(mixed_store, tokenizer):
     ds = _qa_eval_ds(mixed_store, ["good0"] + BAD + ["good1"], skip=False)
-    loader = build_dataloader(ds, VideoQACollator(tokenizer, 12, "frameqa"), 2, is_train=False)
+    loader = DataLoader(ds, 2, collate_fn=VideoQACollator(tokenizer, 12, "frameqa"))
     with pytest.raises(BadVideosError) as ei:
         for _ in PrefetchLoader(loader, None, device="cpu"):
             pass
@@ -247,7 +250,7 @@ def test_eval_fails_with_all_bad_keys(mixed_store, tokenizer):
 
 def test_eval_skip_bad_videos(mixed_store, tokenizer):
     ds = _qa_eval_ds(mixed_store, ["good0"] + BAD + ["good1"], skip=True)
-    loader = build_dataloader(ds, VideoQACollator(tokenizer, 12, "frameqa"), 2, is_train=False)
+    loader = DataLoader(ds, 2, collate_fn=VideoQACollator(tokenizer, 12, "frameqa"))
     qids = [q for b in PrefetchLoader(loader, None, device="cpu") for q in b["question_ids"]]
     assert qids == [0, 6]
     # retrieval eval with one bad video: the good one is still scored, the bad one reported
@@ -256,7 +259,7 @@ def test_eval_skip_bad_videos(mixed_store, tokenizer):
                                         mixed_store, fps=2, num_frm=2, max_img_size=32, skip_bad_videos=True)
     col = VideoRetrievalCollator(tokenizer, 12)
     assert col([eval_ds[1]])["visual_inputs"] is None
-    out = list(PrefetchLoader(build_dataloader(eval_ds, col, 1, False), None, "cpu"))
+    out = list(PrefetchLoader(DataLoader(eval_ds, 1, collate_fn=col), None, "cpu"))
     assert [b["vid_id"] for b in out] == ["good2"]
 
 
@@ -279,19 +282,23 @@ def test_every_collator_drops_failed_videos(demo, tokenizer):
 
 def test_dataloader_two_workers_lmdb_and_set_epoch(demo, tokenizer):
     ds, col = build_retrieval_datasets(_cfg(demo, train_n_clips=1), "train")
-    loader = build_dataloader(ds, col, batch_size=4, is_train=True, num_workers=2, seed=3)
-    it = iter(InfiniteIterator(PrefetchLoader(loader, ImageNorm(MEAN, STD), device="cpu")))
-    epochs = [[v for _ in range(len(loader)) for v in next(it)["vid_ids"]] for _ in range(2)]
+    sampler = ResumableDistributedSampler(len(ds), seed=3)
+    loader = PrefetchLoader(build_train_dataloader(ds, sampler, 4, col, n_workers=2), ImageNorm(MEAN, STD),
+                            device="cpu")
+    epochs = []
+    for epoch in range(2):  # as the engine does each epoch
+        sampler.set_epoch(epoch)
+        epochs.append([v for b in loader for v in b["vid_ids"]])
     assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(v for v, _ in ds.datalist)
     assert epochs[0] != epochs[1]  # set_epoch reshuffles (ClipBERT repeated one order)
-    batch = next(it)
+    batch = next(iter(loader))
     assert batch["visual_inputs"].shape == (4, 2, 3, 40, 40)
     assert batch["visual_inputs"].min() < 0  # normalised
 
 
 def test_distributed_sampler_partitions(demo):
-    ds, col = build_retrieval_datasets(_cfg(demo), "val")
-    parts = [list(build_dataloader(ds, col, 1, False, num_replicas=2, rank=r).sampler) for r in (0, 1)]
+    ds, _ = build_retrieval_datasets(_cfg(demo), "val")
+    parts = [shard_indices(len(ds), r, 2) for r in (0, 1)]  # each rank's evaluation share
     assert sorted(parts[0] + parts[1]) == list(range(len(ds))) and not set(parts[0]) & set(parts[1])
 
 

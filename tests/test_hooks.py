@@ -52,8 +52,8 @@ def test_default_hooks_then_task_then_user_hooks_in_order(tmp_path):
     user = Recorder("user", calls)
     trainer = Trainer(toy_cfg(tmp_path, num_valid=2, min_valid_steps=1), HookedTask(calls), hooks=[user])
     summary = trainer.train()
-    assert [type(h) for h in trainer.hooks[:6]] == [MetricsWriter, Evaluation, StepCheckpoints, BestCheckpoint,
-                                                     EarlyStopping, RestoreSaver]
+    assert [type(h) for h in trainer.hooks[:6]] == [MetricsWriter, Evaluation, StepCheckpoints,
+                                                     BestCheckpoint, EarlyStopping, RestoreSaver]
     assert [h.name for h in trainer.hooks[6:]] == ["task", "user"]
     T = summary["global_step"]
     assert T == 16 and trainer.plan.valid_steps == 8

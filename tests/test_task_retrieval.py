@@ -169,9 +169,9 @@ def test_forward_clips_one_forward_per_clip():
 def test_prefetch_loader_yields_none_for_empty_batches():
     good = {"visual_inputs": torch.full((1, 1, 3, 2, 2), 10.0), "bad_videos": []}
     empty = {"visual_inputs": None, "n_examples_list": [], "bad_videos": [("v1", "corrupt")]}
-    batches = PrefetchLoader([empty, dict(good)], device="cpu", yield_empty=True)
+    batches = PrefetchLoader([empty, dict(good)], None, "cpu", yield_empty=True)
     assert [b is None for b in batches] == [True, False]
-    assert len(list(PrefetchLoader([empty, dict(good)], device="cpu"))) == 1
+    assert len(list(PrefetchLoader([empty, dict(good)], None, "cpu"))) == 1
 
 
 def test_retrieval_shard_splits_videos():

@@ -1,15 +1,14 @@
 """Video data pipeline: LMDB store, sparse-sampling decoder, task datasets/collators, loaders.
 
 Entry points for the engine: build_retrieval_datasets(cfg, split), build_qa_datasets(cfg, split),
-build_mc_dataset(cfg, split="inference") -> (dataset, collator); build_dataloader, PrefetchLoader,
-InfiniteIterator. Submodules are imported lazily so `import src.datasets.decoder` stays light.
+build_mc_dataset(cfg, split="inference") -> (dataset, collator); PrefetchLoader. Submodules are imported
+lazily so `import src.datasets.decoder` stays light.
 """
 
 _EXPORTS = {
     "build_retrieval_datasets": "src.datasets.build", "build_qa_datasets": "src.datasets.build",
     "build_mc_dataset": "src.datasets.build", "load_tokenizer": "src.datasets.build",
-    "build_dataloader": "src.datasets.loaders", "PrefetchLoader": "src.datasets.loaders",
-    "InfiniteIterator": "src.datasets.loaders", "ImageNorm": "src.datasets.image_ops",
+    "PrefetchLoader": "src.datasets.loaders", "ImageNorm": "src.datasets.image_ops",
     "BadVideosError": "src.datasets.dataset_base", "LMDBStore": "src.datasets.lmdb_store",
 }
 

@@ -31,10 +31,10 @@ from src.training.contracts import Hook
 from src.training.engine import Trainer
 from src.training.preemption import Preempted
 from src.training.task import Task
-from src.utils.device import num_workers
+from src.utils.device import training_device
 from src.utils.distributed import all_gather_list
 from src.utils.errors import UserError, one_line
-from src.utils.loader_workers import worker_settings
+from src.utils.loader_workers import loader_settings
 from src.utils.logger import setup_logging
 from src.utils.progress import Progress
 
@@ -91,7 +91,7 @@ class LastEpochBadVideos(Hook):
 
     def after_train(self, trainer, summary):
         dataset = getattr(trainer.loader, "dataset", None)
-        if trainer.examples_in_epoch and hasattr(dataset, "bad_video_report"):
+        if trainer.state.examples_in_epoch and hasattr(dataset, "bad_video_report"):
             dataset.bad_video_report(reset=True, log=True)
 
 
@@ -131,20 +131,15 @@ class ClipBertTask(Task):
                                     unwrap_model(model).head.calc_loss)
 
     # -- evaluation helpers ------------------------------------------------------------------
-    def device(self):
-        if torch.cuda.is_available():
-            return torch.device("cuda", hvd.local_rank())
-        return torch.device("cpu")
-
     def build_eval_loader(self, dataset, collate_fn, cfg, batch_size, indices=None):
         """PrefetchLoader over ``dataset[indices]`` (default: this rank's ``shard_indices``), in order,
         normalised on the device. Batches whose videos all failed are skipped (evaluation only)."""
         if indices is None:
             indices = shard_indices(len(dataset), hvd.rank(), hvd.size())
-        pin = bool(cfg.pin_mem) and torch.cuda.is_available()
+        device = training_device()
         loader = DataLoader(dataset, batch_size=batch_size, sampler=indices, collate_fn=collate_fn,
-                            pin_memory=pin, drop_last=False, **worker_settings(num_workers(cfg.n_workers)))
-        return PrefetchLoader(loader, self.img_norm(cfg), self.device())
+                            drop_last=False, **loader_settings(cfg, device))
+        return PrefetchLoader(loader, self.img_norm(cfg), device)
 
     # -- inference ---------------------------------------------------------------------------
     def prepare_inference(self, cfg, prefix="results"):

@@ -127,7 +127,7 @@ def _fits(trainer, dataset, collate_fn, batch_size: int) -> bool:
     try:
         trainer.plan = RunPlan.build(trial_cfg, len(dataset), trainer.world)
         sampler = ResumableDistributedSampler(len(dataset), 1, 0, shuffle=True, seed=cfg.seed)
-        loader = build_train_dataloader(dataset, sampler, batch_size, collate_fn, 0, False, seed=cfg.seed)
+        loader = build_train_dataloader(dataset, sampler, batch_size, collate_fn, n_workers=0, seed=cfg.seed)
         trainer._data = _forever(trainer.task.wrap_train_loader(loader, cfg, trainer.device))
         for _ in range(TRIAL_STEPS):
             trainer.run_step()

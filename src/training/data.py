@@ -179,11 +179,12 @@ class SeededDataset(Dataset):
             torch.set_rng_state(saved[2])
 
 
-def build_train_dataloader(dataset, sampler, batch_size, collate_fn=None, n_workers=0, pin_mem=False,
-                           seed=0):
-    """DataLoader over :class:`SeededDataset` with its own generator (the global RNG is untouched)."""
+def build_train_dataloader(dataset, sampler, batch_size, collate_fn=None, n_workers=0, seed=0, **settings):
+    """DataLoader over :class:`SeededDataset` with its own generator (the global RNG is untouched).
+    ``settings``: the run's ``src.utils.loader_workers.loader_settings`` (workers, timeout, pin_memory);
+    without them ``n_workers`` workers and no pinning."""
     g = torch.Generator()
     g.manual_seed(seed)
+    settings = settings or worker_settings(n_workers)
     return DataLoader(SeededDataset(dataset), batch_size=batch_size, sampler=sampler,
-                      collate_fn=collate_fn, pin_memory=pin_mem, drop_last=False, generator=g,
-                      **worker_settings(n_workers))
+                      collate_fn=collate_fn, drop_last=False, generator=g, **settings)

@@ -71,8 +71,9 @@ from src.training.run_state import RunState
 from src.training.state import TrainerState
 from src.training.task import Task
 from src.training.wandb_logger import WandbLogger
-from src.utils.device import memory_mb, move_to_device, num_workers, reset_peak_memory, training_device
+from src.utils.device import memory_mb, reset_peak_memory, training_device
 from src.utils.errors import RunDirError, UserError
+from src.utils.loader_workers import loader_settings
 from src.utils.logger import RunningMeter, add_log_to_file, make_tb_logger, remove_log_file, setup_logging
 from src.utils.misc import NoOp, set_random_seed, zero_none_grad
 
@@ -142,7 +143,7 @@ class Trainer(TrainerState):
             check_horovod_backend()
         self.rank, self.world = hvd.rank(), hvd.size()
         self.is_main = self.rank == 0
-        self.device = training_device(hvd.local_rank())
+        self.device = training_device()
         set_random_seed(self.cfg.seed)
 
     def _init_outputs(self) -> None:
@@ -224,9 +225,8 @@ class Trainer(TrainerState):
         if cfg.find_batch_size != "none":  # before the sampler and loader: they take the size it finds
             batch_size_finder.apply(self, dataset, collate_fn)
         self.sampler = self._train_sampler(dataset)
-        pin = cfg.pin_mem and self.device.type == "cuda"
         loader = build_train_dataloader(dataset, self.sampler, cfg.train_batch_size, collate_fn,
-                                        num_workers(cfg.n_workers), pin, seed=cfg.seed)
+                                        seed=cfg.seed, **loader_settings(cfg, self.device))
         self.loader = self.task.wrap_train_loader(loader, cfg, self.device)
         if state is not None:
             self._load_restore_state(state)
@@ -347,7 +347,7 @@ class Trainer(TrainerState):
         t = time.perf_counter()
         batch = next(self._data)
         self._data_wait += time.perf_counter() - t
-        return None if batch is None else move_to_device(batch, self.device)
+        return batch  # on self.device: Task.wrap_train_loader's contract
 
     def _batches(self) -> Iterator:
         """Batches forever, epoch after epoch, continuing at the data position (``examples_in_epoch``:

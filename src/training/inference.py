@@ -86,7 +86,7 @@ def load_trained_model(cfg, task, device=None):
         hvd.set_backend(cfg.dist_backend)
     hvd.init()
     if device is None:
-        device = training_device(hvd.local_rank())
+        device = training_device()
     if checkpoint_mode(cfg):
         model = _model_from_weights_file(cfg, task)
     else:

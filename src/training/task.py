@@ -12,10 +12,26 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from src.utils.device import move_to_device
+
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
     from src.training.contracts import Hook
+
+
+class OnDevice:
+    """A loader whose batches are moved to ``device`` (the default training-loader wrapper)."""
+
+    def __init__(self, loader, device: torch.device):
+        self.loader, self.device = loader, device
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield None if batch is None else move_to_device(batch, self.device)
 
 
 class Task:
@@ -36,13 +52,14 @@ class Task:
         raise NotImplementedError
 
     def wrap_train_loader(self, loader, cfg, device: torch.device):
-        """Wrap the engine's DataLoader (e.g. in a PrefetchLoader). Default: unchanged.
+        """Wrap the engine's DataLoader; the batches it yields must be on ``device`` (the engine does
+        not move them again). Default: :class:`OnDevice` (the batches moved, nothing else).
 
         The wrapper must yield one item per DataLoader batch, in order (the data position counts
         them); for a batch with nothing usable yield ``None``: the engine then runs a zero-loss
         micro-step so accumulation and the allreduce stay aligned across ranks.
         """
-        return loader
+        return OnDevice(loader, device)
 
     def forward_train(self, model: torch.nn.Module, batch, cfg) -> torch.Tensor | dict:  # required
         """Mean loss of one micro-batch (scalar tensor), or a dict with 'loss' and extra scalars."""

@@ -37,9 +37,13 @@ def move_to_device(batch, device: torch.device | str, non_blocking: bool = True)
     return batch
 
 
-def training_device(local_rank: int) -> torch.device:
-    """``cuda:local_rank`` when CUDA is available (made the current device), else the CPU."""
+def training_device(local_rank: int | None = None) -> torch.device:
+    """The one place a process's device is chosen: ``cuda:local_rank`` (default: ``hvd.local_rank()``)
+    when CUDA is available, made the current device; else the CPU."""
     if torch.cuda.is_available():
+        if local_rank is None:
+            import src.compat.hvd as hvd
+            local_rank = hvd.local_rank() if hvd.is_initialized() else 0
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")

@@ -3,6 +3,8 @@ and a timeout on worker results, so a loader whose workers cannot hand batches b
 error, exit status 1) instead of hanging it (Docker's default /dev/shm is 64 MB)."""
 import os
 
+import torch
+
 from src.utils.errors import UserError
 
 SHM_DIR = "/dev/shm"
@@ -31,6 +33,15 @@ def check_shared_memory(num_workers, shm_dir=SHM_DIR, min_mb=None):
             f"{shm_dir} has {free_mb:.0f} MiB free, DataLoader workers (n_workers={num_workers}) need at "
             f"least {min_mb:.0f} MiB: run the container with --shm-size 1g or --ipc=host "
             f"(docker/launch_container.sh passes --ipc=host), or use --n_workers 0")
+
+
+def loader_settings(cfg, device) -> dict:
+    """The DataLoader keyword arguments every loader of a run takes from the config: workers
+    (``n_workers``, see ``src.utils.device.num_workers``), their timeout, and ``pin_memory`` (``pin_mem``,
+    only when the batches go to a CUDA device)."""
+    from src.utils.device import num_workers
+    return {"pin_memory": bool(cfg.pin_mem) and torch.device(device).type == "cuda",
+            **worker_settings(num_workers(cfg.n_workers))}
 
 
 def worker_settings(num_workers):

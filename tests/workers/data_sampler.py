@@ -7,7 +7,8 @@ import torch
 
 import src.compat.hvd as hvd
 from src.datasets.build import build_retrieval_datasets
-from src.datasets.loaders import InfiniteIterator, PrefetchLoader, build_dataloader
+from src.datasets.loaders import PrefetchLoader
+from src.training.data import ResumableDistributedSampler, build_train_dataloader
 
 
 def main():
@@ -19,10 +20,13 @@ def main():
     hvd.init()
     cfg = json.load(open(a.cfg))
     ds, col = build_retrieval_datasets(cfg, "train")
-    loader = build_dataloader(ds, col, batch_size=2, is_train=True, num_workers=2, seed=7)
-    it = iter(InfiniteIterator(PrefetchLoader(loader, None, device="cpu")))
-    epochs = [[v for _ in range(len(loader)) for v in next(it)["vid_ids"]] for _ in range(2)]
-    shapes = list(next(it)["visual_inputs"].shape)
+    sampler = ResumableDistributedSampler(len(ds), hvd.size(), hvd.rank(), seed=7)  # the engine's stack
+    loader = PrefetchLoader(build_train_dataloader(ds, sampler, 2, col, n_workers=2), None, device="cpu")
+    epochs = []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        epochs.append([v for b in loader for v in b["vid_ids"]])
+    shapes = list(next(iter(loader))["visual_inputs"].shape)
     gathered = hvd.allgather_object({"rank": hvd.rank(), "size": hvd.size(), "epochs": epochs,
                                      "shape": shapes})
     if hvd.rank() == 0:
