@@ -47,14 +47,12 @@ class _Head:
         self.num_outputs = int(num_outputs)
         self.classifier = classifier
         self.cls_hidden_scale = cls_hidden_scale
-        self._last_n_examples_list = None
 
     def build_classifier(self, hidden_size):
         return build_classifier(hidden_size, self.num_outputs, self.classifier, self.cls_hidden_scale)
 
     def reshape_logits(self, logits, n_examples_list):
-        """Per-text logits (N, K) -> the task's layout; remembers the grouping for calc_loss."""
-        self._last_n_examples_list = list(n_examples_list)
+        """Per-text logits (N, K) -> the task's layout (unchanged here; see MultipleChoiceHead)."""
         return logits
 
     def calc_loss(self, logits, labels, n_examples_list=None):
@@ -81,7 +79,7 @@ class RetrievalHead(_Head):
         labels = labels.view(-1).long()
         if self.loss_type == "ce":
             return F.cross_entropy(logits.view(-1, 2), labels, reduction="none")
-        groups = n_examples_list if n_examples_list is not None else self._last_n_examples_list
+        groups = n_examples_list
         if groups is None:
             raise ValueError("rank loss needs n_examples_list (texts per video) to pair positives "
                              "with negatives of the same video")
@@ -135,7 +133,6 @@ class MultipleChoiceHead(_Head):
         self.num_choices = int(num_choices)
 
     def reshape_logits(self, logits, n_examples_list):
-        super().reshape_logits(logits, n_examples_list)
         bad = sorted({n for n in n_examples_list if n != self.num_choices})
         if bad:
             raise ValueError(f"multiple choice expects {self.num_choices} texts per video "
@@ -199,12 +196,12 @@ def lse_loss(stacked_logits, labels):
     return all_lse - torch.logsumexp(pos, dim=0)
 
 
-def clip_aggregated_loss(stacked_logits, labels, agg, calc_loss):
-    """Scalar training loss over clips: pool then ``calc_loss`` (mean/max), or ClipBERT's lse loss."""
+def clip_aggregated_loss(stacked_logits, labels, agg, head, n_examples_list=None):
+    """Scalar training loss over clips: pool then ``head.calc_loss`` (mean/max; ``n_examples_list``: the
+    texts per video, which the rank loss pairs within), or ClipBERT's lse loss (cross-entropy heads)."""
     stacked_logits = _stack(stacked_logits)
     if agg == "lse":
-        owner = getattr(calc_loss, "__self__", None)
-        if getattr(owner, "loss_type", "ce") != "ce":
-            raise ValueError(f"score_agg_func='lse' requires loss_type='ce', got {owner.loss_type!r}")
+        if head.loss_type != "ce":
+            raise ValueError(f"score_agg_func='lse' requires loss_type='ce', got {head.loss_type!r}")
         return lse_loss(stacked_logits, labels).mean()
-    return calc_loss(aggregate_clip_logits(stacked_logits, agg), labels).mean()
+    return head.calc_loss(aggregate_clip_logits(stacked_logits, agg), labels, n_examples_list).mean()

@@ -127,8 +127,8 @@ class ClipBertTask(Task):
 
     def forward_train(self, model, batch, cfg):
         stacked = forward_clips(model, batch, cfg.train_n_clips, cfg.num_frm)
-        return clip_aggregated_loss(stacked, batch["labels"], cfg.score_agg_func,
-                                    unwrap_model(model).head.calc_loss)
+        return clip_aggregated_loss(stacked, batch["labels"], cfg.score_agg_func, unwrap_model(model).head,
+                                    batch["n_examples_list"])
 
     # -- evaluation helpers ------------------------------------------------------------------
     def build_eval_loader(self, dataset, collate_fn, cfg, batch_size, indices=None):

@@ -23,15 +23,15 @@ logger = logging.getLogger(__name__)
 RESTORE, BACKUP = "restore.pt", "restore_backup.pt"
 
 
-def atomic_torch_save(obj, path, keep_previous_as=None):
-    """``torch.save`` to a temp file, fsynced, renamed into place (the previous file first renamed to
+def _atomic_write(path: str, write, keep_previous_as: str | None = None, need_bytes: int = 0) -> None:
+    """``write(f)`` into a temp file, fsynced, renamed into place (the previous file first renamed to
     ``keep_previous_as`` when given). A failed write (full disk, quota) removes the temp file, leaves
     the previous file as it was and raises a one-line :class:`OutputWriteError` naming the path, the
-    free space and the space needed."""
+    free space and the space needed (``need_bytes``)."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with hvd.busy(), open(tmp, "wb") as f:  # peers allow a long save (torch backend's watchdog)
-            torch.save(obj, f)
+        with open(tmp, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         if keep_previous_as is not None and os.path.exists(path):
@@ -40,21 +40,33 @@ def atomic_torch_save(obj, path, keep_previous_as=None):
     except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
         with contextlib.suppress(OSError):
             os.remove(tmp)
-        raise write_error(path, e, need_bytes=tensor_bytes(obj)) from e
+        raise write_error(path, e, need_bytes=need_bytes) from e
+
+
+def atomic_torch_save(obj, path, keep_previous_as=None):
+    """``torch.save(obj)`` written atomically (:func:`_atomic_write`); the peers of a multi-process run
+    allow the save to take long (``hvd.busy``: the torch backend's watchdog)."""
+    with hvd.busy():
+        _atomic_write(path, lambda f: torch.save(obj, f), keep_previous_as, tensor_bytes(obj))
 
 
 def atomic_write_text(path: str, text: str) -> None:
-    """``text`` to a temp file renamed into place: a full disk never leaves a cut file behind; a failed
-    write removes the temp file and raises a one-line :class:`OutputWriteError` naming ``path``."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise write_error(path, e) from e
+    """``text`` written atomically (:func:`_atomic_write`): a full disk never leaves a cut file behind."""
+    _atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def model_step_path(ckpt_dir: str, step: int) -> str:
+    """``ckpt_dir/model_step_{step}.pt``: the one place that name is built."""
+    return os.path.join(ckpt_dir, f"model_step_{step}.pt")
+
+
+def saved_model_steps(ckpt_dir: str) -> list[int]:
+    """Steps of the ``model_step_N.pt`` files in ``ckpt_dir``, ascending ([] if it does not exist)."""
+    if not os.path.isdir(ckpt_dir):
+        return []
+    names = (f[len("model_step_"):-len(".pt")] for f in os.listdir(ckpt_dir)
+             if f.startswith("model_step_") and f.endswith(".pt"))
+    return sorted(int(n) for n in names if n.isdigit())
 
 
 def tensor_bytes(obj) -> int:
@@ -91,7 +103,7 @@ class ModelSaver:
         os.makedirs(ckpt_dir, exist_ok=True)
 
     def path(self, step):
-        return os.path.join(self.dir, f"model_step_{step}.pt")
+        return model_step_path(self.dir, step)
 
     def save(self, state_dict, step):
         p = self.path(step)
@@ -100,8 +112,7 @@ class ModelSaver:
 
     def saved_steps(self) -> list[int]:
         """Steps of the ``model_step_N.pt`` files in the directory, ascending."""
-        names = (f for f in os.listdir(self.dir) if f.startswith("model_step_") and f.endswith(".pt"))
-        return sorted(int(f[len("model_step_"):-3]) for f in names if f[len("model_step_"):-3].isdigit())
+        return saved_model_steps(self.dir)
 
     def save_best(self, state_dict):
         p = os.path.join(self.dir, "model_best.pt")

@@ -43,7 +43,7 @@ from src.config.options import profile_range
 from src.optimization.param_groups import build_optimizer, embedding_tables, set_lr
 from src.optimization.sched import get_lr_sched
 from src.training import batch_size_finder
-from src.training.checkpoint import TrainingRestorer, atomic_write_text, load_model_weights
+from src.training.checkpoint import TrainingRestorer, atomic_write_text, load_model_weights, model_step_path
 from src.training.contracts import Hook, StepResult
 from src.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
 from src.training.elastic import (
@@ -433,8 +433,9 @@ class Trainer(TrainerState):
             if isinstance(self.run_outcome, Exception):  # elastic: rank 0's run-directory error, synced
                 raise RunDirError(str(self.run_outcome))
             if self.state.finished or self.at_end:
+                final = model_step_path(self.ckpt_dir, self.global_step)
                 where = (self.restorer.path if self.run_outcome != "finished" else
-                         f"{self.ckpt_dir}/model_step_{self.global_step}.pt; its restore files were deleted")
+                         f"{final}; its restore files were deleted")
                 logger.info("training already finished at step %d (%s); nothing to do", self.global_step,
                             where)
                 return self._summary()

@@ -11,18 +11,16 @@ named the result directory before that merge. Here only the model-defining keys
 (:data:`src.config.MODEL_KEYS`) come from the stored run, ``model_config`` from
 ``log/model_config.json``, and the result directory is named from the final settings.
 """
-import glob
 import json
 import logging
 import os
-import re
 import tempfile
 
 import torch
 
 import src.compat.hvd as hvd
 from src.config import apply_stored_model_config
-from src.training.checkpoint import load_model_weights
+from src.training.checkpoint import load_model_weights, model_step_path, saved_model_steps
 from src.utils.device import training_device
 from src.utils.errors import CheckpointError, one_line, write_error
 
@@ -30,12 +28,8 @@ logger = logging.getLogger(__name__)
 
 
 def available_steps(output_dir):
-    steps = []
-    for p in glob.glob(os.path.join(output_dir, "ckpt", "model_step_*.pt")):
-        m = re.search(r"model_step_(\d+)\.pt$", p)
-        if m:
-            steps.append(int(m.group(1)))
-    return sorted(steps)
+    """Steps of the run's ``ckpt/model_step_N.pt`` files, ascending."""
+    return saved_model_steps(os.path.join(output_dir, "ckpt"))
 
 
 def checkpoint_mode(cfg) -> bool:
@@ -118,7 +112,7 @@ def _model_from_weights_file(cfg, task):
 
 def _model_from_run(cfg, task):
     model = task.build_model(cfg)
-    path = os.path.join(cfg.output_dir, "ckpt", f"model_step_{cfg.inference_model_step}.pt")
+    path = model_step_path(os.path.join(cfg.output_dir, "ckpt"), cfg.inference_model_step)
     others = [s for s in available_steps(cfg.output_dir) if s != cfg.inference_model_step]
     try:
         sd = torch.load(path, map_location="cpu")

@@ -31,6 +31,7 @@ import sys
 import time
 
 import src.compat.hvd as hvd
+from src.training.checkpoint import model_step_path
 from src.training.metrics_log import read_metrics
 from src.utils.errors import RunDirError
 
@@ -132,7 +133,7 @@ class RunDirectory:
         if any(os.path.exists(os.path.join(ckpt, n)) for n in ("restore.pt", "restore_backup.pt")):
             return False
         final = self._final_step()
-        final_path = os.path.join(ckpt, f"model_step_{final}.pt")
+        final_path = model_step_path(ckpt, final)
         if final is not None and self.policy == "resume" and os.path.isfile(final_path):
             return True
         trained = sorted(f"ckpt/{n}" for n in os.listdir(ckpt) if n.endswith(".pt"))
