@@ -80,7 +80,7 @@ def tensor_bytes(obj) -> int:
     return 0
 
 
-def fp32_state_dict(model, optimizer=None, masters_by_name=None):
+def fp32_state_dict(model, masters_by_name=None):
     """Model state as CPU tensors, floats in fp32; ``masters_by_name`` overrides params (amp O2)."""
     out = {}
     for k, v in model.state_dict().items():
