@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build Horovod 0.28.1 (the last release) against the installed torch, with the three fixes
-# needed for torch >= 2.1 (see README "Horovod on torch 2.x"):
+# needed for torch >= 2.1 (see docs/horovod.md):
 #   1. CMake 4 rejects Gloo's cmake_minimum_required -> CMAKE_POLICY_VERSION_MINIMUM=3.5 (a pip cmake
 #      the machine came with stays installed; a cmake 3.x works as well)
 #   2. torch headers need C++17 -> CMAKE_CXX_STANDARD 14 -> 17 (top level and horovod/torch)
@@ -107,7 +107,7 @@ build_wheel() {
   wait "$hb" 2>/dev/null || [ $? -eq 143 ]  # the heartbeat ends by our SIGTERM
   if [ "$rc" -ne 0 ]; then
     tail -40 "$work/build.log" >&2
-    die "Horovod build failed (log above); see README 'Horovod on torch 2.x'"
+    die "Horovod build failed (log above); see docs/horovod.md"
   fi
   mv "$wheel_dir.tmp"/horovod-*.whl "$wheel_dir"/
   rm -rf "$wheel_dir.tmp"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "clipbert-legacy" / "gpu-node"
-# the node's packages (README "GPU check"), at the versions requirements.txt pins where it pins them
+# the node's packages (docs/gpu_check.md), at the versions requirements.txt pins where it pins them
 NODE_PACKAGES = ("torch==2.13.0", "numpy==2.4.6", "transformers==5.24.0", "tokenizers==0.23.3",
                  "safetensors==0.8.0", "tensorboard==2.21.0", "tqdm==4.70.1", "pillow==13.0.0",
                  "pytest==9.2.0", "psutil==7.2.2", "protobuf==7.36.2")

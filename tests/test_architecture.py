@@ -1,7 +1,7 @@
 """The shape of the code base, checked so it cannot drift: layering, no import cycles, size limits,
 no path shims, defaults owned by the config schema.
 
-Layers (an arrow may only point down or sideways where listed; README "Architecture"):
+Layers (an arrow may only point down or sideways where listed; docs/architecture.md):
 
     tasks, preprocessing          entry points
     training                      the engine: step, hooks, checkpoints, run plan

@@ -1,5 +1,5 @@
 """Multi-node launches for real on one machine, with 127.0.0.1 and 127.0.0.2 as the two "hosts",
-through the shipped scripts (README "Scaling out").
+through the shipped scripts (docs/scaling_out.md).
 
 horovodrun reaches the second host over ssh (a throwaway sshd bound to loopback), torchrun joins two
 separate launchers through a c10d rendezvous, and the SLURM batch scripts run under fake srun/scontrol.

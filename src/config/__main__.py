@@ -1,12 +1,19 @@
-"""``python -m src.config``: print the README's option table; ``--update-readme README.md`` rewrites it."""
+"""``python -m src.config``: print the option table; ``--update-docs`` rewrites docs/config_reference.md."""
 import sys
 
-from src.config.reference import config_reference_markdown, update_readme
+from src.config.reference import REFERENCE_PATH, config_reference_markdown, update_reference
+
+MOVED = "note: the config reference moved from the README to docs/config_reference.md (--update-docs)"
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) == 2 and argv[0] == "--update-readme":
-        print("updated" if update_readme(argv[1]) else "up to date", argv[1])
+    """``--update-docs [FILE]``; the old ``--update-readme FILE`` still works (regenerates the docs file)."""
+    if argv[:1] == ["--update-readme"]:
+        print(MOVED, file=sys.stderr)
+        argv = ["--update-docs"]
+    if argv[:1] == ["--update-docs"]:
+        path = argv[1] if len(argv) > 1 else REFERENCE_PATH
+        print("updated" if update_reference(path) else "up to date", path)
     else:
         sys.stdout.write(config_reference_markdown())
 

@@ -1,13 +1,14 @@
-"""The README's option table, generated from the schema (``python -m src.config``)."""
+"""The option table of docs/config_reference.md, generated from the schema (``python -m src.config``)."""
 import json
 from collections.abc import Iterable
+from pathlib import Path
 
 from src.config.schema import Option
 from src.config.tasks import task_options
 
 
 def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa", "vqa", "pretrain")) -> str:
-    """Markdown table of every option (for the README), generated from the schema."""
+    """Markdown table of every option (docs/config_reference.md), generated from the schema."""
     rows = {}  # name -> [[option, tasks]]: one row per distinct definition of a name
     for t in tasks:
         for name, o in task_options(t).items():
@@ -33,7 +34,7 @@ def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa", "
 
 
 def _same(a: Option, b: Option) -> bool:
-    """Two tasks' options of one name document the same thing (one README row)."""
+    """Two tasks' options of one name document the same thing (one table row)."""
     return (a.type, a.default, a.choices, a.help, a.unused, a.min, a.max) == \
         (b.type, b.default, b.choices, b.help, b.unused, b.min, b.max)
 
@@ -47,20 +48,23 @@ def _range_text(o: Option) -> str:
     return ", ".join(parts)
 
 
-README_BEGIN = "<!-- BEGIN CONFIG REFERENCE -->"
+README_BEGIN = "<!-- BEGIN CONFIG REFERENCE -->"  # names kept from when the table lived in the README
 README_END = "<!-- END CONFIG REFERENCE -->"
+REFERENCE_PATH = Path(__file__).resolve().parents[2] / "docs" / "config_reference.md"
 
 
-def update_readme(path: str) -> bool:
-    """Rewrite the generated config table between the README's markers; True if it changed."""
-    with open(path) as f:
-        text = f.read()
+def update_reference(path: str | Path = REFERENCE_PATH) -> bool:
+    """Rewrite the generated config table between the file's markers; True if it changed."""
+    path = Path(path)
+    text = path.read_text()
     if README_BEGIN not in text or README_END not in text:
         raise ValueError(f"{path}: markers {README_BEGIN} / {README_END} not found")
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
     new = f"{head}{README_BEGIN}\n{config_reference_markdown()}{README_END}{tail}"
     if new != text:
-        with open(path, "w") as f:
-            f.write(new)
+        path.write_text(new)
     return new != text
+
+
+update_readme = update_reference  # the old name (src.config exports it)
