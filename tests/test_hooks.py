@@ -186,3 +186,21 @@ def test_hook_raising_on_one_rank_ends_the_job(tmp_path, launcher):
     assert "hook failed on rank 1 at step 3" in out
     assert "finished training" not in out
     assert elapsed < 60, f"the job took {elapsed:.0f}s to end"
+
+
+def test_a_user_hook_stops_the_run_through_the_state(tmp_path):
+    """docs/architecture.md's StopAtScore: request_stop in after_validation ends the run after that step,
+    with its restore file marked finished (a rerun has nothing to do)."""
+    import torch
+
+    class StopAtStep3(Hook):
+        def after_validation(self, trainer, metrics):
+            if trainer.global_step == 3:
+                trainer.state.request_stop("enough")
+
+    cfg = toy_cfg(tmp_path, num_valid=16, min_valid_steps=1)
+    s = Trainer(cfg, ToyTask(), hooks=[StopAtStep3()]).train()
+    assert s["global_step"] == 3 and s["stopped_early"]
+    restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=False)
+    assert restore["global_step"] == 3 and restore["finished"] and restore["stop_reason"] == "enough"
+    assert Trainer(cfg, ToyTask(), hooks=[StopAtStep3()]).train()["global_step"] == 3

@@ -25,7 +25,7 @@ run's state, its restore file and the elastic commits are ``src.training.state``
 
 Where this loop differs from ClipBERT's (loss divided by the accumulation steps, one allreduce per
 step, ``set_epoch`` every epoch, exact resume, the restore interval, stopping on a non-finite loss, the
-multi_step epoch) is listed, with the reasons, in the README's "Behaviour differences and fixed bugs".
+multi_step epoch) is listed, with the reasons, in docs/differences.md.
 """
 from __future__ import annotations
 
