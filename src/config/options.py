@@ -1,5 +1,6 @@
 """ClipBERT's options (shared, retrieval, video QA) with their post-parse rules, declared as the task specs
 ``SHARED``, ``RETRIEVAL``, ``MSRVTT_MC`` and ``VIDEO_QA`` (registered by ``src.config.tasks``)."""
+import functools
 import json
 import os
 import re
@@ -236,11 +237,21 @@ def _mc_post(cfg: Config, notices: list) -> None:
 
 
 def load_ans2label(path: str) -> dict:
-    """``ans2label_path``'s ``{answer: label}``, checked: a non-empty object with labels 0..n-1."""
+    """``ans2label_path``'s ``{answer: label}``, checked: a non-empty object with labels 0..n-1.
+
+    The one reader of the file (config check, datasets, evaluation): it is read once per process and
+    version (path, size, modification time); each caller gets its own copy."""
     if not os.path.isfile(path):
         raise ConfigError(f"ans2label_path={path!r}: file not found")
+    st = os.stat(path)
+    return dict(_read_ans2label(os.path.realpath(path), st.st_size, st.st_mtime_ns, path))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_ans2label(real_path: str, _size: int, _mtime_ns: int, path: str) -> dict:
+    """The checked file content; ``_size``/``_mtime_ns`` only key the cache (a changed file is re-read)."""
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with open(real_path, encoding="utf-8-sig") as f:
             ans2label = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"ans2label_path={path!r}: invalid JSON ({e})") from None
@@ -278,6 +289,8 @@ def _video_qa_post(cfg: Config, notices: list) -> None:
 
 
 SHARED = TaskSpec("shared", SHARED_OPTIONS, _shared_post, parent=None)
-RETRIEVAL = TaskSpec("retrieval", RETRIEVAL_OPTIONS, _retrieval_post)
-MSRVTT_MC = TaskSpec("msrvtt_mc", [], _mc_post, parent="retrieval")
-VIDEO_QA = TaskSpec("video_qa", VIDEO_QA_OPTIONS, _video_qa_post)
+RETRIEVAL = TaskSpec("retrieval", RETRIEVAL_OPTIONS, _retrieval_post,
+                     entry="src.tasks.run_video_retrieval:RetrievalTask")
+MSRVTT_MC = TaskSpec("msrvtt_mc", [], _mc_post, parent="retrieval",
+                     entry="src.tasks.run_msrvtt_mc:MSRVTTMCTask")
+VIDEO_QA = TaskSpec("video_qa", VIDEO_QA_OPTIONS, _video_qa_post, entry="src.tasks.run_video_qa:VideoQATask")

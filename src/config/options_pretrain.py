@@ -31,4 +31,4 @@ def _pretrain_post(cfg: Config, notices: list) -> None:
     cfg.task_type = "pretrain"
 
 
-PRETRAIN = TaskSpec("pretrain", PRETRAIN_OPTIONS, _pretrain_post)
+PRETRAIN = TaskSpec("pretrain", PRETRAIN_OPTIONS, _pretrain_post, entry="src.tasks.run_pretrain:PretrainTask")

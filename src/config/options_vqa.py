@@ -34,4 +34,4 @@ def _vqa_post(cfg: Config, notices: list) -> None:
     cfg.num_labels = len(load_ans2label(cfg.ans2label_path))
 
 
-VQA = TaskSpec("vqa", VQA_OPTIONS, _vqa_post)
+VQA = TaskSpec("vqa", VQA_OPTIONS, _vqa_post, entry="src.tasks.run_vqa:VQATask")

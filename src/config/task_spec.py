@@ -1,9 +1,10 @@
 """What the config layer knows of a task: its name, its options and its post-parse rule.
 
 A :class:`TaskSpec` is plain data, so option modules can declare one without registering anything
-(no import side effects); ``src.config.tasks`` keeps the registry. The task object of the task layer
-(``src.tasks.registry.TaskDefinition``: dataset builder, head, evaluator) carries its spec, and
-registering that object registers the spec here: the config layer never imports the layers above it.
+(no import side effects); ``src.config.tasks`` keeps the registry. The task object itself (a
+``src.training.task.Task`` subclass with dataset builder, head and evaluator) lives in the task layer,
+which the config layer must not import: a spec names it as a string, ``entry = "module:Class"``, which
+``src.tasks.registry.get_task`` imports when first asked for (a lazy registration).
 """
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,8 +20,10 @@ PostParse = Callable[[Config, list], None]
 @dataclass
 class TaskSpec:
     """A task's config: ``options`` are added to the ``parent``'s (``None``: the root, ``shared``);
-    ``post_parse`` runs after the parent's rules."""
+    ``post_parse`` runs after the parent's rules; ``entry`` is the task class, ``"module:Class"``
+    (``None`` for a spec that only others build on, such as ``shared``)."""
     name: str
     options: list[Option] = field(default_factory=list)
     post_parse: Optional[PostParse] = None
     parent: Optional[str] = "shared"
+    entry: Optional[str] = None

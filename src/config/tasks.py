@@ -1,10 +1,11 @@
 """The task registry of the config layer: each task's options (added to its parent's) and post-parse rule.
 
-The built-in tasks are listed once, in :data:`BUILTIN_TASKS`; a new task registers its
-:class:`~src.config.task_spec.TaskSpec` with :func:`register_task` (the task layer's ``register`` does
-it for a whole task object). Everything that needs "all options" iterates this registry: the parser,
-the config reference (:func:`documented_tasks`), the generated key sets (:func:`model_keys`,
-:func:`runtime_keys`) and the schema tests.
+The built-in tasks are listed once, in :data:`BUILTIN_TASKS` (adding a task's spec there is its one
+registration; its ``entry`` names the task class, which ``src.tasks.registry`` imports on demand). At
+run time a task registers its :class:`~src.config.task_spec.TaskSpec` with :func:`register_task` (the
+task layer's ``src.tasks.registry.register`` does it for a whole task class). Everything that needs
+"all options" iterates this registry: the parser, the config reference (:func:`documented_tasks`), the
+generated key sets (:func:`model_keys`, :func:`runtime_keys`) and the schema tests.
 """
 from collections.abc import Iterable, Mapping
 from typing import Optional, Union
@@ -35,6 +36,13 @@ def register_task(spec: Union[TaskSpec, str], options: Iterable[Option] = (),
     return spec
 
 
+def task_spec(task: str) -> TaskSpec:
+    """The registered spec of ``task``."""
+    if task not in _TASKS:
+        raise ConfigError(f"unknown task {task!r}; known: {'|'.join(sorted(_TASKS))}")
+    return _TASKS[task]
+
+
 def task_names() -> list[str]:
     """Every registered task, in registration order (the built-in ones first)."""
     return list(_TASKS)
@@ -48,9 +56,7 @@ def documented_tasks() -> list[str]:
 
 def task_options(task: str) -> dict[str, Option]:
     """name -> Option for ``task``, parents first (a child's option replaces the parent's)."""
-    if task not in _TASKS:
-        raise ConfigError(f"unknown task {task!r}; known: {'|'.join(sorted(_TASKS))}")
-    spec = _TASKS[task]
+    spec = task_spec(task)
     opts = task_options(spec.parent) if spec.parent else {}
     for o in spec.options:
         opts[o.name] = o

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from src.config import Config, with_defaults
+from src.config.options import load_ans2label
 from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_mc import VideoMCCollator, VideoMCDataset, mk_mc_examples
 from src.datasets.dataset_retrieval import (
@@ -36,7 +37,7 @@ from src.datasets.dataset_video_qa import (
     VideoQADataset,
     mk_qa_examples,
 )
-from src.datasets.jsonl import load_json, load_jsonl
+from src.datasets.jsonl import load_jsonl
 from src.datasets.multi import MultiDataset
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADatase
         path = cfg.ans2label_path
         if not path:
             raise ValueError(f"task {task} needs ans2label_path (a JSON {{answer: label}})")
-        ans2label = load_json(path)
+        ans2label = load_ans2label(path)
     grouped = defaultdict(list)
     for e in examples:
         grouped[e["vid_id"]].append(e)

@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from src.config import with_defaults
+from src.config.options import load_ans2label
 from src.datasets.build import _apply_data_ratio, _common, _dataset_entry, _multi_train, load_tokenizer
 from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_vqa import VQACollator, VQADataset, mk_vqa_examples
-from src.datasets.jsonl import load_json, load_jsonl
+from src.datasets.jsonl import load_jsonl
 
 
 def _paths(cfg, split):
@@ -60,6 +61,6 @@ def build_vqa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VQADataset, 
     group_size = int(cfg.max_n_example_per_group) if is_train else 1
     groups = mk_input_group(grouped, max_n_example_per_group=group_size, is_train=is_train,
                             example_unique_key="question_id")
-    ds = VQADataset(groups, img, load_json(cfg.ans2label_path), return_label=has_labels,
+    ds = VQADataset(groups, img, load_ans2label(cfg.ans2label_path), return_label=has_labels,
                     **_common(cfg, f"{name}_vqa_{split}", is_train))
     return ds, VQACollator(load_tokenizer(cfg.tokenizer_dir), cfg.max_txt_len)
