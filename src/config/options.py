@@ -225,12 +225,12 @@ def profile_range(spec: str) -> tuple[int, int]:
     return first, last
 
 
-def _retrieval_post(cfg: Config, notices: list) -> None:
+def _retrieval_post(cfg: Config, _notices: list) -> None:
     cfg.num_labels = 1 if cfg.loss_type == "rank" else 2
     cfg.task_type = "retrieval"
 
 
-def _mc_post(cfg: Config, notices: list) -> None:
+def _mc_post(cfg: Config, _notices: list) -> None:
     if not cfg.do_inference:
         raise ConfigError("msrvtt_mc is inference only: set do_inference=1 (with inference_txt_db, "
                           "inference_img_db, inference_model_step)")
@@ -262,7 +262,7 @@ def _read_ans2label(real_path: str, _size: int, _mtime_ns: int, path: str) -> di
     return ans2label
 
 
-def _video_qa_post(cfg: Config, notices: list) -> None:
+def _video_qa_post(cfg: Config, _notices: list) -> None:
     if cfg.task is None:
         if cfg.do_inference:  # inference takes task (and the derived keys) from the trained run
             return

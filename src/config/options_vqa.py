@@ -18,7 +18,7 @@ VQA_OPTIONS = [
 ]
 
 
-def _vqa_post(cfg: Config, notices: list) -> None:
+def _vqa_post(cfg: Config, _notices: list) -> None:
     """task_type qa_open with num_labels = len(ans2label): ClipBERT took num_labels from the config, so a
     vocabulary of another size crashed (larger) or left dead outputs (smaller)."""
     cfg.task_type = "qa_open"

@@ -58,7 +58,7 @@ class StopSignals:
     def name(self) -> str:
         return signal.Signals(self.received).name if self.received else ""
 
-    def _handle(self, signum, frame):
+    def _handle(self, signum, _frame):
         if os.getpid() != self._pid:  # a forked DataLoader worker: the training process decides
             return
         if self.received is None:
