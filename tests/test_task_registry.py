@@ -113,3 +113,33 @@ def test_register_refuses_a_class_without_name_or_matching_spec():
         registry.get_task("nope")
     with pytest.raises(config.ConfigError, match="task 'shared' has options but no task class"):
         registry.get_task("shared")
+
+
+RECIPE = REPO / "docs" / "adding_a_task.md"
+
+
+def test_recipe_cites_only_what_exists():
+    """docs/adding_a_task.md: every existing file it cites is there, its names are in those files, and
+    the task it says to copy can train (its class has a dataset builder)."""
+    text = RECIPE.read_text()
+    cited = set(re.findall(r"`((?:src|tests)/[\w/]+\.py)`", text))
+    new = {"src/config/options_captioning.py", "src/tasks/run_captioning.py",
+           "src/datasets/build_captioning.py"}  # the example's files, to be written by the reader
+    missing = sorted(p for p in cited - new if not (REPO / p).is_file())
+    assert not missing, f"the recipe cites files that do not exist: {missing}"
+    assert not any((REPO / p).exists() for p in new), "the recipe's example files must stay hypothetical"
+    common = "src/tasks/common.py"
+    for name, where in [("BUILTIN_TASKS", "src/config/tasks.py"), ("ClipBertTask", common),
+                        ("def build_head", common), ("def val_data", common),
+                        ("def prepare_inference", common), ("def write_inference_outputs", common),
+                        ("entry", "src/config/task_spec.py"),
+                        ("def register", "src/tasks/registry.py"), ("def get_task", "src/tasks/registry.py"),
+                        ("def all_gather_list", "src/utils/distributed.py")]:
+        assert name in (REPO / where).read_text(), (name, where)
+    copy = re.search(r"Copy \*\*`(src/tasks/\w+\.py)`\*\* \(`(\w+)`\)", text)
+    assert copy, "the recipe names the task to copy as **`src/tasks/x.py`** (`Class`)"
+    cls = next(c for c in map(registry.get_task, registry.runnable_tasks()) if c.__qualname__ == copy[2])
+    assert inspect.getsourcefile(cls) == str(REPO / copy[1])
+    data = inspect.getsource(cls.build_train_data)
+    assert "raise" not in data and "return build_" in data, "the task to copy must train"
+    assert "python -m src.config" in text and (REPO / "src" / "config" / "__main__.py").is_file()
