@@ -57,7 +57,8 @@ def collate(items):
 
 
 class ToyCountTask(ClipBertTask):
-    name, config = "toy_count", TOY_COUNT
+    config = TOY_COUNT
+    name = config.name
     main_metric = "acc"
 
     def build_head(self, cfg):

@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 class MSRVTTMCTask(ClipBertTask):
     """Multiple choice by retrieval scores; inference only (no training data, no validation)."""
-    name, config = "msrvtt_mc", MSRVTT_MC
+    config = MSRVTT_MC
+    name = config.name
     main_metric = "mc_accuracy"
 
     def build_head(self, cfg):

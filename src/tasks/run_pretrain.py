@@ -26,7 +26,8 @@ _SUMS = ("mlm_loss_sum", "mlm_correct", "mlm_total", "itm_loss_sum", "itm_correc
 
 class PretrainTask(ClipBertTask):
     """MLM + ITM pretraining: its own model (the pretraining heads) instead of a task head."""
-    name, config = "pretrain", PRETRAIN
+    config = PRETRAIN
+    name = config.name
     main_metric = "loss"
 
     def build_model(self, cfg):

@@ -52,7 +52,8 @@ logger = logging.getLogger(__name__)
 
 class VideoQATask(ClipBertTask):
     """The engine's Task for frameqa / msrvtt_qa (open-ended) and action / transition (5-way)."""
-    name, config = "video_qa", VIDEO_QA
+    config = VIDEO_QA
+    name = config.name
     main_metric = "overall_acc"
 
     def build_head(self, cfg):

@@ -86,7 +86,8 @@ def retrieval_head(cfg):
 
 class RetrievalTask(ClipBertTask):
     """Text-to-video retrieval: the task to copy for a new task that trains (docs/adding_a_task.md)."""
-    name, config = "retrieval", RETRIEVAL
+    config = RETRIEVAL
+    name = config.name
     main_metric = "text2video_r1"
 
     def build_head(self, cfg):

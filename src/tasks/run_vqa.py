@@ -53,7 +53,8 @@ def vqa_loss(logits, targets):
 
 class VQATask(ClipBertTask):
     """The engine's Task for VQA: images through the video pipeline as 1-frame clips."""
-    name, config = "vqa", VQA
+    config = VQA
+    name = config.name
     main_metric = "overall_acc"
 
     def build_head(self, cfg):
