@@ -320,3 +320,19 @@ def test_registered_task_feeds_every_generated_list(isolated_registry):
 def test_register_task_needs_a_known_parent(isolated_registry):
     with pytest.raises(ConfigError, match="task '_x': parent '_nope' is not registered"):
         register_task("_x", [], parent="_nope")
+
+
+def test_ans2label_is_read_once_per_file_version(tmp_path, monkeypatch):
+    """Config check, dataset builds and every validation share one read of ans2label_path."""
+    import src.config.options as options
+    path = write(tmp_path, {"yes": 0, "no": 1}, "a2l.json")
+    reads = []
+    real_load = options.json.load
+    monkeypatch.setattr(options.json, "load", lambda f: reads.append(f.name) or real_load(f))
+    first = options.load_ans2label(path)
+    first["maybe"] = 2  # a caller's copy: the cached content stays as read
+    assert options.load_ans2label(path) == {"yes": 0, "no": 1} and len(reads) == 1
+    parse_args("video_qa", ["--task", "frameqa", "--ans2label_path", path])
+    assert len(reads) == 1
+    write(tmp_path, {"yes": 0, "no": 1, "blue": 2}, "a2l.json")  # a new version is read again
+    assert options.load_ans2label(path) == {"yes": 0, "no": 1, "blue": 2} and len(reads) == 2
