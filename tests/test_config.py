@@ -180,8 +180,15 @@ def test_msrvtt_mc_requires_inference():
     assert parse_args("msrvtt_mc", ["--do_inference", "1"]).num_labels == 2
 
 
-def test_register_task_adds_options():
-    def post(cfg, notices):
+@pytest.fixture
+def isolated_registry(monkeypatch):
+    """Tasks registered by a test are gone afterwards (the config reference lists every registered task)."""
+    import src.config.tasks as registry
+    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+
+
+def test_register_task_adds_options(isolated_registry):
+    def post(cfg, _notices):
         cfg.derived_k = cfg.my_k * 2
     register_task("_test_task", [Option("my_k", int, 3, "k", min=1)], post, parent="retrieval")
     cfg = parse_args("_test_task", ["--my_k", "4"])
@@ -252,3 +259,80 @@ def test_env_overrides_are_appended_last(monkeypatch, tmp_path):
     from src.config import ConfigError
     with _pytest.raises(ConfigError, match="data_ratio"):
         parse_args("retrieval", [])
+
+
+# the hand-written lists these sets replaced (issue 31): generation must not change their meaning
+FORMER_MODEL_KEYS = {"model_config", "tokenizer_dir", "max_txt_len", "max_img_size", "img_pixel_mean",
+                     "img_pixel_std", "img_input_format", "cnn_type", "num_labels", "loss_type", "classifier",
+                     "cls_hidden_scale", "task", "task_type", "ans2label_path", "freeze_cnn", "grad_ckpt"}
+FORMER_RUNTIME_KEYS = {
+    "output_dir", "existing_run", "n_workers", "pin_mem", "log_interval", "dist_backend",
+    "do_inference", "inference_model_step", "inference_txt_db", "inference_img_db", "inference_batch_size",
+    "inference_n_clips", "val_batch_size", "eval_retrieval_batch_size", "skip_bad_videos",
+    "keep_last_k", "keep_top_k", "path_prefix", "cpu_sched_batch", "elastic_commit_steps",
+    "row_sparse_allreduce", "profile_steps", "wandb_project", "wandb_entity", "wandb_run_name", "wandb_tags",
+    "wandb_mode"}
+
+
+def test_generated_key_sets_match_the_former_hand_lists():
+    import src.config as config
+    from src.training.run_dir import setting_differences
+    assert set(config.MODEL_KEYS) == FORMER_MODEL_KEYS and len(config.MODEL_KEYS) == len(FORMER_MODEL_KEYS)
+    assert config.RUNTIME_KEYS == FORMER_RUNTIME_KEYS
+    # the keys the hand list once lacked: a rerun with --cpu_sched_batch 0 is no changed training setting
+    stored = {"cpu_sched_batch": True, "row_sparse_allreduce": 0, "learning_rate": 1e-4}
+    assert setting_differences(stored, {**stored, "cpu_sched_batch": False, "row_sparse_allreduce": 1}) == {}
+    assert setting_differences(stored, {**stored, "learning_rate": 2e-4}) == {"learning_rate": (1e-4, 2e-4)}
+
+
+def test_flags_agree_for_a_name_several_tasks_define():
+    """num_labels, loss_type, ... are defined per task: a flag on one definition only would make the
+    generated sets depend on which tasks are registered."""
+    from src.config.tasks import all_options
+    flags = {}
+    for o in all_options():
+        flags.setdefault(o.name, set()).add((o.model, o.runtime))
+    assert {n: f for n, f in flags.items() if len(f) > 1} == {}
+    model = {n for n, f in flags.items() if (True, False) in f}
+    assert model >= {"num_labels", "loss_type", "ans2label_path"}
+
+
+def test_an_option_cannot_be_model_and_runtime():
+    with pytest.raises(ValueError, match="'x': model=True and runtime=True"):
+        Option("x", int, 1, "x", model=True, runtime=True)
+
+
+def test_registered_task_feeds_every_generated_list(isolated_registry):
+    import src.config as config
+    from src.training.run_dir import setting_differences
+    register_task("_captioning", [Option("beam_size", int, 3, "beams at inference", min=1, runtime=True),
+                                  Option("vocab_path", str, None, "caption vocabulary", model=True)])
+    assert "vocab_path" in config.MODEL_KEYS and "beam_size" in config.RUNTIME_KEYS
+    assert "_captioning" in config.documented_tasks()
+    md = config_reference_markdown()
+    assert "| `beam_size` | int | `3` | >= 1 | _captioning | beams at inference |" in md
+    cfg = parse_args("_captioning", ["--do_inference", "1"])
+    apply_stored_model_config(cfg, {"vocab_path": "/run/vocab.json", "beam_size": 9})
+    assert cfg.vocab_path == "/run/vocab.json" and cfg.beam_size == 3
+    assert setting_differences({"beam_size": 3}, {"beam_size": 5}) == {}
+
+
+def test_register_task_needs_a_known_parent(isolated_registry):
+    with pytest.raises(ConfigError, match="task '_x': parent '_nope' is not registered"):
+        register_task("_x", [], parent="_nope")
+
+
+def test_ans2label_is_read_once_per_file_version(tmp_path, monkeypatch):
+    """Config check, dataset builds and every validation share one read of ans2label_path."""
+    import src.config.options as options
+    path = write(tmp_path, {"yes": 0, "no": 1}, "a2l.json")
+    reads = []
+    real_load = options.json.load
+    monkeypatch.setattr(options.json, "load", lambda f: reads.append(f.name) or real_load(f))
+    first = options.load_ans2label(path)
+    first["maybe"] = 2  # a caller's copy: the cached content stays as read
+    assert options.load_ans2label(path) == {"yes": 0, "no": 1} and len(reads) == 1
+    parse_args("video_qa", ["--task", "frameqa", "--ans2label_path", path])
+    assert len(reads) == 1
+    write(tmp_path, {"yes": 0, "no": 1, "blue": 2}, "a2l.json")  # a new version is read again
+    assert options.load_ans2label(path) == {"yes": 0, "no": 1, "blue": 2} and len(reads) == 2

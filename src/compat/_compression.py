@@ -29,7 +29,7 @@ class Compression:
             return tensor, None
 
         @staticmethod
-        def decompress(tensor: torch.Tensor, ctx: None) -> torch.Tensor:
+        def decompress(tensor: torch.Tensor, ctx: None) -> torch.Tensor:  # noqa: ARG004 (Horovod's Compressor API)
             return tensor
 
     class fp16:  # horovod's lower-case spelling

@@ -20,7 +20,7 @@ _S = {"rank": 0, "size": 1, "local_rank": 0, "local_size": 1, "group": False, "d
       "failed": False}
 
 
-def init(*args, **kwargs):
+def init(*args, **kwargs):  # noqa: ARG001 (Horovod's signature)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     _S["rank"] = int(os.environ.get("RANK", "0"))
     _S["size"] = world
@@ -120,7 +120,7 @@ def busy():
     return _peer_watchdog.busy()
 
 
-def join(device=-1):
+def join(device=-1):  # noqa: ARG001 (Horovod's signature)
     """Barrier returning the last rank to arrive (no uneven-input participation)."""
     if not _S["group"]:
         return 0
@@ -145,7 +145,7 @@ def _reduce_op(op):
     return _REDUCE[op]
 
 
-def allreduce(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce(tensor, op, name=None, prescale_factor=1.0, postscale_factor=1.0):  # noqa: ARG001 (Horovod's signature)
     rop = _reduce_op(op)
     out = tensor.detach().clone()
     if prescale_factor != 1.0:
@@ -165,7 +165,7 @@ def _div(t, n):
     return t.div_(n) if t.is_floating_point() else t.div_(n, rounding_mode="floor")
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None):  # noqa: ARG001 (Horovod's signature)
     if not _S["group"]:
         return tensor.detach().clone()
     t = _comm(tensor.detach().contiguous())
@@ -185,12 +185,12 @@ def allgather(tensor, name=None):
     return torch.cat(parts, 0).to(tensor.device)
 
 
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None):  # noqa: ARG001 (Horovod's signature)
     out = tensor.detach().clone()
     return broadcast_(out, root_rank)
 
 
-def broadcast_(tensor, root_rank, name=None):
+def broadcast_(tensor, root_rank, name=None):  # noqa: ARG001 (Horovod's signature)
     if _S["group"]:
         buf = _comm(tensor.data)
         dist.broadcast(buf, src=root_rank)
@@ -199,13 +199,13 @@ def broadcast_(tensor, root_rank, name=None):
     return tensor
 
 
-def allgather_object(obj, name=None):
+def allgather_object(obj, name=None):  # noqa: ARG001 (Horovod's signature)
     out = [None] * _S["size"]
     dist.all_gather_object(out, obj)
     return out
 
 
-def broadcast_object(obj, root_rank=0, name=None):
+def broadcast_object(obj, root_rank=0, name=None):  # noqa: ARG001 (Horovod's signature)
     box = [obj if _S["rank"] == root_rank else None]
     dist.broadcast_object_list(box, src=root_rank)
     return box[0]

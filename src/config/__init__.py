@@ -23,37 +23,43 @@ Usage::
     cfg = parse_args("video_qa", ["--config", "configs/demo_qa_frameqa.json", "--fp16", "0"])
     cfg.train_datasets[0].txt, cfg.learning_rate, cfg.to_dict()
 
-Adding task options: ``register_task(name, [Option(...), ...], post_parse=fn, parent="retrieval")``.
+Adding a task: declare a :class:`TaskSpec` (name, options, post-parse rule, parent) and register it
+with :func:`register_task` (the task layer's ``src.tasks.registry.register`` does it for a whole task);
+see docs/adding_a_task.md. Flag each option ``model=True`` (inference takes it from the trained run)
+or ``runtime=True`` (it may change between the runs of one directory): :data:`MODEL_KEYS` and
+:data:`RUNTIME_KEYS` are generated from the flags of every registered task.
 
-Modules: ``schema`` (Config, Option, ConfigError, value checks), ``tasks`` (the task registry),
-``options`` (ClipBERT's options and post-parse rules; registers the tasks), ``options_vqa`` (task
-``vqa``), ``parse`` (argparse,
-JSON, ``$CLIPBERT_OVERRIDES``), ``path_roots`` (``--path_prefix``: ClipBERT's /txt, /img, /pretrain, /storage
-mapped to the user's folders), ``stored`` (model keys taken from a trained run at inference),
-``reference`` (the README table; ``python -m src.config [--update-readme README.md]``).
+Modules: ``schema`` (Config, Option, ConfigError, value checks), ``task_spec`` (TaskSpec), ``tasks`` (the
+registry, the built-in tasks, the generated key sets), ``options`` (ClipBERT's shared, retrieval and video
+QA options and post-parse rules), ``options_vqa`` / ``options_pretrain`` (tasks ``vqa``, ``pretrain``),
+``parse`` (argparse, JSON, ``$CLIPBERT_OVERRIDES``), ``path_roots`` (``--path_prefix``: ClipBERT's /txt,
+/img, /pretrain, /storage mapped to the user's folders), ``stored`` (model keys taken from a trained run
+at inference), ``reference`` (the option table; ``python -m src.config [--update-readme README.md]``).
 """
 from src.config.options import DECAYS, RETRIEVAL_OPTIONS, SHARED_OPTIONS, VIDEO_QA_OPTIONS
 from src.config.options_pretrain import PRETRAIN_OPTIONS
 from src.config.options_vqa import VQA_OPTIONS
-from src.config.parse import (
-    OVERRIDES_ENV,
-    SharedConfigs,
-    build_parser,
-    env_overrides,
-    parse_args,
-    parse_args_or_exit,
-    shared_configs,
-)
+from src.config.parse import OVERRIDES_ENV, build_parser, env_overrides, parse_args, parse_args_or_exit
 from src.config.reference import README_BEGIN, README_END, config_reference_markdown, update_readme
 from src.config.schema import Config, ConfigError, Option, coerce
-from src.config.stored import MODEL_KEYS, apply_stored_model_config
-from src.config.tasks import PostParse, TaskSpec, register_task, task_options, with_defaults
+from src.config.stored import apply_stored_model_config, model_keys, runtime_keys
+from src.config.task_spec import PostParse, TaskSpec
+from src.config.tasks import documented_tasks, register_task, task_names, task_options, with_defaults
 
 __all__ = [
     "DECAYS", "MODEL_KEYS", "OVERRIDES_ENV", "README_BEGIN", "README_END", "RETRIEVAL_OPTIONS",
-    "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "VQA_OPTIONS", "PRETRAIN_OPTIONS",
-    "Config", "ConfigError", "Option", "PostParse", "SharedConfigs",
-    "TaskSpec", "apply_stored_model_config", "build_parser", "coerce", "config_reference_markdown",
-    "env_overrides", "parse_args", "parse_args_or_exit", "register_task", "shared_configs", "task_options",
-    "update_readme", "with_defaults",
+    "RUNTIME_KEYS", "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "VQA_OPTIONS", "PRETRAIN_OPTIONS",
+    "Config", "ConfigError", "Option", "PostParse", "TaskSpec", "apply_stored_model_config", "build_parser",
+    "coerce", "config_reference_markdown", "documented_tasks", "env_overrides", "model_keys", "parse_args",
+    "parse_args_or_exit", "register_task", "runtime_keys", "task_names", "task_options", "update_readme",
+    "with_defaults",
 ]
+
+
+def __getattr__(name: str):
+    """``MODEL_KEYS`` / ``RUNTIME_KEYS``: generated on each access from the registered tasks' options."""
+    if name == "MODEL_KEYS":
+        return model_keys()
+    if name == "RUNTIME_KEYS":
+        return runtime_keys()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

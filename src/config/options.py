@@ -1,12 +1,13 @@
-"""ClipBERT's options (shared, retrieval, video QA) with their post-parse rules; importing this
-module registers the tasks ``shared``, ``retrieval``, ``msrvtt_mc`` and ``video_qa``."""
+"""ClipBERT's options (shared, retrieval, video QA) with their post-parse rules, declared as the task specs
+``SHARED``, ``RETRIEVAL``, ``MSRVTT_MC`` and ``VIDEO_QA`` (registered by ``src.config.tasks``)."""
+import functools
 import json
 import os
 import re
 
 from src.config.schema import Config, ConfigError
 from src.config.schema import Option as O
-from src.config.tasks import register_task
+from src.config.task_spec import TaskSpec
 
 DECAYS = ("linear", "invsqrt", "constant", "multi_step", "cosine")
 _UNUSED = "accepted for ClipBERT compatibility but has no effect"
@@ -16,14 +17,15 @@ SHARED_OPTIONS = [
     O("debug", bool, False, "stop training after 3 steps (evaluators may shorten validation)"),
     O("data_ratio", float, 1.0, "keep a random fraction of the training annotations", min=0,
       max=1, min_exclusive=True),
-    O("model_config", str, None, "path to the model json config (BERT config)"),
-    O("tokenizer_dir", str, None, "directory of the BertTokenizerFast files"),
-    O("output_dir", str, None, "where log/, ckpt/ and results go"),
-    O("max_txt_len", int, 20, "max text tokens including [CLS]/[SEP]", min=3),
-    O("max_img_size", int, 448, "longer image side after resize; zero-padded to a square", min=1),
-    O("img_pixel_mean", float, None, "per-channel pixel mean (in img_input_format order)", nargs=3),
-    O("img_pixel_std", float, None, "per-channel pixel std", nargs=3),
-    O("img_input_format", str, "BGR", "channel order fed to the CNN", choices=("BGR", "RGB")),
+    O("model_config", str, None, "path to the model json config (BERT config)", model=True),
+    O("tokenizer_dir", str, None, "directory of the BertTokenizerFast files", model=True),
+    O("output_dir", str, None, "where log/, ckpt/ and results go", runtime=True),
+    O("max_txt_len", int, 20, "max text tokens including [CLS]/[SEP]", min=3, model=True),
+    O("max_img_size", int, 448, "longer image side after resize; zero-padded to a square", min=1, model=True),
+    O("img_pixel_mean", float, None, "per-channel pixel mean (in img_input_format order)", nargs=3,
+      model=True),
+    O("img_pixel_std", float, None, "per-channel pixel std", nargs=3, model=True),
+    O("img_input_format", str, "BGR", "channel order fed to the CNN", choices=("BGR", "RGB"), model=True),
     O("max_n_example_per_group", int, 2, "texts sampled per video in a training group", min=1),
     O("fps", int, 1, "frame rate frames are sampled at", min=1),
     O("num_frm", int, 3, "frames per clip", min=1),
@@ -33,7 +35,7 @@ SHARED_OPTIONS = [
     O("score_agg_func", str, "mean", "how clip scores are aggregated", choices=("mean", "max", "lse")),
     O("random_sample_clips", int, 1, "1: random clips in training, 0: evenly spaced", choices=(0, 1)),
     O("train_batch_size", int, 128, "training groups (videos) per process per micro-step", min=1),
-    O("val_batch_size", int, 128, "validation groups per process", min=1),
+    O("val_batch_size", int, 128, "validation groups per process", min=1, runtime=True),
     O("gradient_accumulation_steps", int, 1, "micro-steps per optimizer step (loss is divided by it)",
       min=1),
     O("learning_rate", float, 5e-5, "transformer learning rate", min=0, min_exclusive=True),
@@ -62,34 +64,34 @@ SHARED_OPTIONS = [
     O("cnn_lr_mul", float, 1.0, "LR multiplier for CNN params matching the prefix", min=0),
     O("cnn_lr_mul_prefix", str, "grid_encoder", "substring selecting CNN params for the multiplier"),
     O("cnn_lr_decay", str, "linear", "CNN LR schedule", choices=DECAYS),
-    O("freeze_cnn", bool, False, "freeze the CNN body (cnn.feature.*)"),
+    O("freeze_cnn", bool, False, "freeze the CNN body (cnn.feature.*)", model=True),
     O("detectron2_model_cfg", str, "", "", unused=_UNUSED + " (no detectron2; the backbone is cnn_type)"),
     O("e2e_weights_path", str, None, "full ClipBERT checkpoint to start from"),
     O("detectron2_weights_path", str, None, "legacy name of cnn_weights_path (copied there if unset)"),
     O("bert_weights_path", str, None, "BERT weights to initialise the transformer"),
-    O("inference_model_step", int, -1, "checkpoint step used by --do_inference 1"),
-    O("do_inference", bool, False, "run inference from output_dir/ckpt instead of training"),
+    O("inference_model_step", int, -1, "checkpoint step used by --do_inference 1", runtime=True),
+    O("do_inference", bool, False, "run inference from output_dir/ckpt instead of training", runtime=True),
     O("inference_split", str, "val", "split name used in inference result paths"),
-    O("inference_txt_db", str, None, "annotation file for inference"),
-    O("inference_img_db", str, None, "video LMDB for inference"),
-    O("inference_batch_size", int, 64, "inference batch size", min=1),
-    O("inference_n_clips", int, 1, "clips per video at inference", min=1),
+    O("inference_txt_db", str, None, "annotation file for inference", runtime=True),
+    O("inference_img_db", str, None, "video LMDB for inference", runtime=True),
+    O("inference_batch_size", int, 64, "inference batch size", min=1, runtime=True),
+    O("inference_n_clips", int, 1, "clips per video at inference", min=1, runtime=True),
     O("seed", int, 42, "random seed"),
     O("fp16", bool, False, "apex-amp O2 mixed precision (fp32 BatchNorm)"),
     O("n_workers", int, None, "DataLoader worker processes (unset: 4, at most the CPU cores per process)",
-      min=0),
-    O("pin_mem", bool, True, "pin DataLoader memory"),
+      min=0, runtime=True),
+    O("pin_mem", bool, True, "pin DataLoader memory", runtime=True),
     # product additions
     O("dist_backend", str, "auto", "hvd backend: real Horovod or torch.distributed",
-      choices=("auto", "horovod", "torch"), group="product"),
+      choices=("auto", "horovod", "torch"), group="product", runtime=True),
     O("cnn_type", str, None, "visual backbone (unset: the model config's cnn_type, else resnet50)",
-      choices=("tiny", "resnet50"), group="product"),
+      choices=("tiny", "resnet50"), group="product", model=True),
     O("cnn_weights_path", str, None, "CNN (grid-feat ResNet) weights", group="product"),
-    O("grad_ckpt", bool, False, "gradient checkpointing in the transformer", group="product"),
+    O("grad_ckpt", bool, False, "gradient checkpointing in the transformer", group="product", model=True),
     O("skip_bad_videos", bool, True, "evaluation: leave out undecodable videos (listed in "
       "skipped_videos.json, metrics over the rest) instead of failing; training always replaces them "
       "(counted, logged)",
-      group="product"),
+      group="product", runtime=True),
     O("min_video_frames", int, 2, "a video with fewer frames is bad ('too_short': a still is no video)",
       min=1, group="product"),
     O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
@@ -107,22 +109,23 @@ SHARED_OPTIONS = [
     O("cpu_sched_batch", bool, True, "CPU jobs (no GPU visible): run the training process and its threads "
       "under Linux's SCHED_BATCH policy, so Horovod's and Gloo's many short wake-ups stop preempting "
       "the compute threads (2 ranks on 2 cores: +4% examples/s); no effect with a GPU or off Linux",
-      group="product"),
+      group="product", runtime=True),
     O("row_sparse_allreduce", int, 0, "1: the word-embedding gradient (nn.Embedding tables of >= 1024 rows) "
       "is averaged over only the rows some rank's batch touched, not all 30,522 (exact: the other rows "
       "are zero on every rank); for links where the 47 MB dense table costs (several machines over "
-      "Ethernet); no gain on one machine", choices=(0, 1), group="product"),
+      "Ethernet); no gain on one machine", choices=(0, 1), group="product", runtime=True),
     O("elastic_commit_steps", int, 50, "elastic training: optimizer steps between commits of the run's "
       "state (horovodrun --min-np/--max-np: to host memory, a failed worker rolls the others back to it; "
       "torchrun --max-restarts: to ckpt/restore.pt, restarted workers resume from it); unused otherwise",
-      min=1, group="product"),
+      min=1, group="product", runtime=True),
     O("path_prefix", str, None, "folder standing for ClipBERT's container mounts: /txt/x, /img/x, "
       "/pretrain/x, /storage/x in the config and on the command line become DIR/txt/x etc. (or "
-      "txt=D1,img=D2,... root by root; default $CLIPBERT_PATH_PREFIX)", group="product"),
-    O("log_interval", int, 100, "optimizer steps between log.txt progress lines", min=1, group="product"),
+      "txt=D1,img=D2,... root by root; default $CLIPBERT_PATH_PREFIX)", group="product", runtime=True),
+    O("log_interval", int, 100, "optimizer steps between log.txt progress lines", min=1,
+      group="product", runtime=True),
     O("profile_steps", str, None, "A-B: a torch.profiler trace (CPU + CUDA, shapes) of optimizer steps A "
       "to B on rank 0 into log/profile/ (TensorBoard's profiler, Perfetto), and the top operators by self "
-      "time in the log", group="product"),
+      "time in the log", group="product", runtime=True),
     O("find_batch_size", str, "none", "power | binsearch: before training, try real steps at growing "
       "train_batch_size until the GPU runs out of memory and train with 90% of the largest that fit "
       "(single process, CUDA only; a resumed run keeps the size it found)",
@@ -131,20 +134,23 @@ SHARED_OPTIONS = [
       "gradient_accumulation_steps so that batch x accumulation stays at least the configured one",
       group="product"),
     O("wandb_project", str, None, "Weights & Biases project: log the TensorBoard scalars, the config and the "
-      "final metrics there too (rank 0); a missing or unreachable wandb only warns", group="product"),
-    O("wandb_entity", str, None, "W&B entity (team or user); default: wandb's", group="product"),
-    O("wandb_run_name", str, None, "W&B run name; default: the output_dir's name", group="product"),
-    O("wandb_tags", str, None, "W&B run tags", nargs="+", group="product"),
+      "final metrics there too (rank 0); a missing or unreachable wandb only warns",
+      group="product", runtime=True),
+    O("wandb_entity", str, None, "W&B entity (team or user); default: wandb's",
+      group="product", runtime=True),
+    O("wandb_run_name", str, None, "W&B run name; default: the output_dir's name",
+      group="product", runtime=True),
+    O("wandb_tags", str, None, "W&B run tags", nargs="+", group="product", runtime=True),
     O("wandb_mode", str, "auto", "online | offline | auto (online when a W&B API key is configured, "
       "else offline: synced later with `wandb sync`)", choices=("auto", "online", "offline"),
-      group="product"),
+      group="product", runtime=True),
     O("keep_last_k", int, -1, "keep the k latest ckpt/model_step_*.pt (with keep_top_k: the union); -1 all. "
-      "The best and the latest are never deleted", min=-1, group="product"),
+      "The best and the latest are never deleted", min=-1, group="product", runtime=True),
     O("keep_top_k", int, -1, "keep the k model_step_*.pt with the best validation metric (see keep_last_k)",
-      min=-1, group="product"),
+      min=-1, group="product", runtime=True),
     O("existing_run", str, "resume", "an earlier run in output_dir: resume it (same settings only), "
       "extend it under new settings, or restart (the old run moves to previous_runs/)",
-      choices=("resume", "extend", "restart"), group="product"),
+      choices=("resume", "extend", "restart"), group="product", runtime=True),
     # ClipBERT pretraining options that may sit in shared config files
     O("itm_neg_prob", float, 0.5, "", unused=_PRETRAIN, group="pretrain"),
     O("use_itm", bool, False, "", unused=_PRETRAIN, group="pretrain"),
@@ -157,25 +163,28 @@ SHARED_OPTIONS = [
 
 RETRIEVAL_OPTIONS = [
     O("itm_neg_size", int, 1, "negative texts per positive in training", min=0, group="retrieval"),
-    O("classifier", str, "mlp", "head type", choices=("mlp", "linear"), group="retrieval"),
-    O("cls_hidden_scale", int, 2, "mlp head hidden size multiplier", min=1, group="retrieval"),
+    O("classifier", str, "mlp", "head type", choices=("mlp", "linear"), group="retrieval", model=True),
+    O("cls_hidden_scale", int, 2, "mlp head hidden size multiplier", min=1, group="retrieval", model=True),
     O("margin", float, 0.2, "rank-loss margin", min=0, group="retrieval"),
-    O("loss_type", str, "ce", "ce (2-way ITM) or rank (1 logit)", choices=("ce", "rank"), group="retrieval"),
+    O("loss_type", str, "ce", "ce (2-way ITM) or rank (1 logit)", choices=("ce", "rank"),
+      group="retrieval", model=True),
     O("eval_retrieval_batch_size", int, 256, "texts per forward in retrieval evaluation", min=1,
-      group="retrieval"),
-    O("num_labels", int, 2, "derived: 1 for loss_type rank, else 2", derived=True, group="retrieval"),
+      group="retrieval", runtime=True),
+    O("num_labels", int, 2, "derived: 1 for loss_type rank, else 2", derived=True,
+      group="retrieval", model=True),
 ]
 
 VIDEO_QA_OPTIONS = [
     O("task", str, None, "TGIF-QA / MSRVTT-QA task",
-      choices=("action", "transition", "frameqa", "msrvtt_qa"), nullable=False, group="video_qa"),
-    O("loss_type", str, "ce", "loss (video QA always uses ce)", choices=("ce",), group="video_qa"),
-    O("classifier", str, "mlp", "head type", choices=("mlp", "linear"), group="video_qa"),
-    O("cls_hidden_scale", int, 2, "mlp head hidden size multiplier", min=1, group="video_qa"),
+      choices=("action", "transition", "frameqa", "msrvtt_qa"), nullable=False, group="video_qa", model=True),
+    O("loss_type", str, "ce", "loss (video QA always uses ce)", choices=("ce",),
+      group="video_qa", model=True),
+    O("classifier", str, "mlp", "head type", choices=("mlp", "linear"), group="video_qa", model=True),
+    O("cls_hidden_scale", int, 2, "mlp head hidden size multiplier", min=1, group="video_qa", model=True),
     O("ans2label_path", str, None, "json {answer: label}; required for frameqa/msrvtt_qa",
-      group="video_qa"),
+      group="video_qa", model=True),
     O("num_labels", int, None, "derived: 5 for action/transition, len(ans2label) otherwise",
-      derived=True, group="video_qa"),
+      derived=True, group="video_qa", model=True),
 ]
 
 
@@ -202,8 +211,15 @@ def _shared_post(cfg: Config, notices: list) -> None:
     if cfg.detectron2_weights_path and not cfg.cnn_weights_path:
         cfg.cnn_weights_path = cfg.detectron2_weights_path
         notices.append("detectron2_weights_path is used as cnn_weights_path")
-    if "score_agg_func" in cfg and cfg.score_agg_func == "lse" and cfg.get("loss_type") not in (None, "ce"):
-        raise ConfigError(f"score_agg_func='lse' requires loss_type='ce', got loss_type={cfg.loss_type!r}")
+    if "score_agg_func" in cfg:
+        check_lse_loss(cfg.score_agg_func, cfg.get("loss_type"))
+
+
+def check_lse_loss(score_agg_func: str, loss_type: str | None) -> None:
+    """ClipBERT's lse loss is a cross-entropy over the classes of every clip: ``score_agg_func`` 'lse'
+    needs ``loss_type`` 'ce'. The one check of that rule (at parse time, and by the loss itself)."""
+    if score_agg_func == "lse" and loss_type not in (None, "ce"):
+        raise ConfigError(f"score_agg_func='lse' requires loss_type='ce', got loss_type={loss_type!r}")
 
 
 def profile_range(spec: str) -> tuple[int, int]:
@@ -216,23 +232,33 @@ def profile_range(spec: str) -> tuple[int, int]:
     return first, last
 
 
-def _retrieval_post(cfg: Config, notices: list) -> None:
+def _retrieval_post(cfg: Config, _notices: list) -> None:
     cfg.num_labels = 1 if cfg.loss_type == "rank" else 2
     cfg.task_type = "retrieval"
 
 
-def _mc_post(cfg: Config, notices: list) -> None:
+def _mc_post(cfg: Config, _notices: list) -> None:
     if not cfg.do_inference:
         raise ConfigError("msrvtt_mc is inference only: set do_inference=1 (with inference_txt_db, "
                           "inference_img_db, inference_model_step)")
 
 
 def load_ans2label(path: str) -> dict:
-    """``ans2label_path``'s ``{answer: label}``, checked: a non-empty object with labels 0..n-1."""
+    """``ans2label_path``'s ``{answer: label}``, checked: a non-empty object with labels 0..n-1.
+
+    The one reader of the file (config check, datasets, evaluation): it is read once per process and
+    version (path, size, modification time); each caller gets its own copy."""
     if not os.path.isfile(path):
         raise ConfigError(f"ans2label_path={path!r}: file not found")
+    st = os.stat(path)
+    return dict(_read_ans2label(os.path.realpath(path), st.st_size, st.st_mtime_ns, path))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_ans2label(real_path: str, _size: int, _mtime_ns: int, path: str) -> dict:
+    """The checked file content; ``_size``/``_mtime_ns`` only key the cache (a changed file is re-read)."""
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with open(real_path, encoding="utf-8-sig") as f:
             ans2label = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"ans2label_path={path!r}: invalid JSON ({e})") from None
@@ -243,7 +269,7 @@ def load_ans2label(path: str) -> dict:
     return ans2label
 
 
-def _video_qa_post(cfg: Config, notices: list) -> None:
+def _video_qa_post(cfg: Config, _notices: list) -> None:
     if cfg.task is None:
         if cfg.do_inference:  # inference takes task (and the derived keys) from the trained run
             return
@@ -269,7 +295,9 @@ def _video_qa_post(cfg: Config, notices: list) -> None:
                                       f"keys: {', '.join(d.txt)}")
 
 
-register_task("shared", SHARED_OPTIONS, _shared_post, parent=None)
-register_task("retrieval", RETRIEVAL_OPTIONS, _retrieval_post)
-register_task("msrvtt_mc", [], _mc_post, parent="retrieval")
-register_task("video_qa", VIDEO_QA_OPTIONS, _video_qa_post)
+SHARED = TaskSpec("shared", SHARED_OPTIONS, _shared_post, parent=None)
+RETRIEVAL = TaskSpec("retrieval", RETRIEVAL_OPTIONS, _retrieval_post,
+                     entry="src.tasks.run_video_retrieval:RetrievalTask")
+MSRVTT_MC = TaskSpec("msrvtt_mc", [], _mc_post, parent="retrieval",
+                     entry="src.tasks.run_msrvtt_mc:MSRVTTMCTask")
+VIDEO_QA = TaskSpec("video_qa", VIDEO_QA_OPTIONS, _video_qa_post, entry="src.tasks.run_video_qa:VideoQATask")

@@ -1,9 +1,9 @@
-"""ClipBERT's image-text pretraining options (``get_pretraining_args``); importing this module
-registers the task ``pretrain``. The shared schema accepts the same keys as no-ops for configs that
-carry them; here they act."""
+"""ClipBERT's image-text pretraining options (``get_pretraining_args``); declared as the task spec
+``PRETRAIN`` (registered by ``src.config.tasks``). The shared schema accepts the same keys as no-ops for
+configs that carry them; here they act."""
 from src.config.schema import Config, ConfigError
 from src.config.schema import Option as O
-from src.config.tasks import register_task
+from src.config.task_spec import TaskSpec
 
 PRETRAIN_OPTIONS = [
     O("use_mlm", bool, False, "masked language modelling loss (15% of the caption tokens)", group="pretrain"),
@@ -31,4 +31,4 @@ def _pretrain_post(cfg: Config, notices: list) -> None:
     cfg.task_type = "pretrain"
 
 
-register_task("pretrain", PRETRAIN_OPTIONS, _pretrain_post)
+PRETRAIN = TaskSpec("pretrain", PRETRAIN_OPTIONS, _pretrain_post, entry="src.tasks.run_pretrain:PretrainTask")

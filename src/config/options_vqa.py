@@ -1,24 +1,24 @@
-"""ClipBERT's VQA options (``get_vqa_args``) and their post-parse rule; importing this module registers
-the task ``vqa``. Kept apart from ``options.py`` so each task's keys sit with its rule."""
+"""ClipBERT's VQA options (``get_vqa_args``) and their post-parse rule; declared as the task spec ``VQA``
+(registered by ``src.config.tasks``). Kept apart from ``options.py`` so each task's keys sit with its rule."""
 
 from src.config.options import load_ans2label
 from src.config.schema import Config, ConfigError
 from src.config.schema import Option as O
-from src.config.tasks import register_task
+from src.config.task_spec import TaskSpec
 
 VQA_OPTIONS = [
     O("ans2label_path", str, None, "json {answer: label}: the answer vocabulary (from the training answers)",
-      group="vqa"),
+      group="vqa", model=True),
     O("loss_type", str, "bce", "loss over the soft VQA scores (binary cross-entropy, as ClipBERT)",
-      choices=("bce",), group="vqa"),
-    O("classifier", str, "mlp", "head type", choices=("mlp", "linear"), group="vqa"),
-    O("cls_hidden_scale", int, 2, "mlp head hidden size multiplier", min=1, group="vqa"),
+      choices=("bce",), group="vqa", model=True),
+    O("classifier", str, "mlp", "head type", choices=("mlp", "linear"), group="vqa", model=True),
+    O("cls_hidden_scale", int, 2, "mlp head hidden size multiplier", min=1, group="vqa", model=True),
     O("num_labels", int, 3129, "derived: len(ans2label) (ClipBERT's 3129 answers)", min=1, derived=True,
-      group="vqa"),
+      group="vqa", model=True),
 ]
 
 
-def _vqa_post(cfg: Config, notices: list) -> None:
+def _vqa_post(cfg: Config, _notices: list) -> None:
     """task_type qa_open with num_labels = len(ans2label): ClipBERT took num_labels from the config, so a
     vocabulary of another size crashed (larger) or left dead outputs (smaller)."""
     cfg.task_type = "qa_open"
@@ -34,4 +34,4 @@ def _vqa_post(cfg: Config, notices: list) -> None:
     cfg.num_labels = len(load_ans2label(cfg.ans2label_path))
 
 
-register_task("vqa", VQA_OPTIONS, _vqa_post)
+VQA = TaskSpec("vqa", VQA_OPTIONS, _vqa_post, entry="src.tasks.run_vqa:VQATask")

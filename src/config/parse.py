@@ -145,22 +145,3 @@ def parse_args_or_exit(task: str, argv: Optional[Sequence[str]] = None) -> Confi
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         sys.exit(2)
-
-
-class SharedConfigs:
-    """ClipBERT's entry-point names (``shared_configs.get_video_retrieval_args()`` etc.)."""
-
-    def get_video_retrieval_args(self, argv: Optional[Sequence[str]] = None) -> Config:
-        return parse_args_or_exit("retrieval", argv)
-
-    def get_video_qa_args(self, argv: Optional[Sequence[str]] = None) -> Config:
-        return parse_args_or_exit("video_qa", argv)
-
-    def get_msrvtt_mc_args(self, argv: Optional[Sequence[str]] = None) -> Config:
-        return parse_args_or_exit("msrvtt_mc", argv)
-
-    def get_vqa_args(self, argv: Optional[Sequence[str]] = None) -> Config:
-        return parse_args_or_exit("vqa", argv)
-
-
-shared_configs = SharedConfigs()

@@ -2,13 +2,16 @@
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Optional
 
 from src.config.schema import Option
-from src.config.tasks import task_options
+from src.config.tasks import documented_tasks, task_options
 
 
-def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa", "vqa", "pretrain")) -> str:
-    """Markdown table of every option (docs/config_reference.md), generated from the schema."""
+def config_reference_markdown(tasks: Optional[Iterable[str]] = None) -> str:
+    """Markdown table of every option (docs/config_reference.md), generated from the schema of ``tasks``
+    (default: every registered task with options of its own, :func:`~src.config.tasks.documented_tasks`)."""
+    tasks = documented_tasks() if tasks is None else tasks
     rows = {}  # name -> [[option, tasks]]: one row per distinct definition of a name
     for t in tasks:
         for name, o in task_options(t).items():
@@ -17,11 +20,12 @@ def config_reference_markdown(tasks: Iterable[str] = ("retrieval", "video_qa", "
                 rows[name].append([o, [t]])
             else:
                 same[1].append(t)
+    root = {id(o) for o in task_options("shared").values()}  # options every task has
     lines = ["| option | type | default | allowed | tasks | description |",
              "|---|---|---|---|---|---|"]
     for name, (o, ts) in ((n, r) for n, defs in rows.items() for r in defs):
         allowed = "|".join(str(c) for c in o.choices) if o.choices else _range_text(o)
-        scope = "all" if o.group in ("shared", "product") and len(rows[name]) == 1 else ", ".join(ts)
+        scope = "all" if id(o) in root and len(rows[name]) == 1 else ", ".join(ts)
         desc = o.help if not o.unused else f"*{o.unused}*"
         if o.json_only:
             desc += " (JSON only)"

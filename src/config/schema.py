@@ -70,6 +70,10 @@ class Option:
     ``nargs``: None for a scalar, an int for a fixed-length list, "+" for a non-empty list.
     ``unused``: accepted for ClipBERT compatibility but has no effect (a notice is logged when set).
     ``derived``: computed after parsing; a given value is replaced (with a notice if it differs).
+    ``model``: the key defines the trained model; inference takes it from the training run's
+    ``log/args.json`` (``src.config.stored.MODEL_KEYS`` is generated from these flags).
+    ``runtime``: the key says how a run runs, not what it trains, so it may differ between the runs of
+    one output directory (``src.config.stored.RUNTIME_KEYS``; the rerun policy ignores it).
     """
     name: str
     type: type
@@ -85,10 +89,15 @@ class Option:
     derived: bool = False
     json_only: bool = False
     group: str = "shared"
+    model: bool = False
+    runtime: bool = False
 
     def __post_init__(self) -> None:
         if self.nullable is None:
             self.nullable = self.default is None
+        if self.model and self.runtime:
+            raise ValueError(f"option {self.name!r}: model=True and runtime=True contradict each other (a "
+                             "model-defining key cannot change between the runs of one directory)")
 
     def type_name(self) -> str:
         """How the value is written in help and errors: ``int``, ``0|1``, ``2 x float``, ``list of int``."""

@@ -1,39 +1,62 @@
-"""The task registry: each task's options (added to its parent's) and its post-parse rule."""
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Optional
+"""The task registry of the config layer: each task's options (added to its parent's) and post-parse rule.
 
+The built-in tasks are listed once, in :data:`BUILTIN_TASKS` (adding a task's spec there is its one
+registration; its ``entry`` names the task class, which ``src.tasks.registry`` imports on demand). At
+run time a task registers its :class:`~src.config.task_spec.TaskSpec` with :func:`register_task` (the
+task layer's ``src.tasks.registry.register`` does it for a whole task class). Everything that needs
+"all options" iterates this registry: the parser, the config reference (:func:`documented_tasks`), the
+generated key sets (:func:`model_keys`, :func:`runtime_keys`) and the schema tests.
+"""
+from collections.abc import Iterable, Mapping
+from typing import Optional, Union
+
+from src.config.options import MSRVTT_MC, RETRIEVAL, SHARED, VIDEO_QA
+from src.config.options_pretrain import PRETRAIN
+from src.config.options_vqa import VQA
 from src.config.schema import Config, ConfigError, Option
+from src.config.task_spec import PostParse, TaskSpec
 
-PostParse = Callable[[Config, list], None]
-"""A post-parse rule ``fn(cfg, notices)``: derives keys and checks combinations (raising
-:class:`ConfigError`); it may append notice lines to ``notices``, which are logged as warnings."""
+BUILTIN_TASKS = (SHARED, RETRIEVAL, MSRVTT_MC, VIDEO_QA, VQA, PRETRAIN)
 
-
-@dataclass
-class TaskSpec:
-    name: str
-    options: list
-    post_parse: Optional[PostParse] = None
-    parent: Optional[str] = None
-    extra: list = field(default_factory=list)
+_TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in BUILTIN_TASKS}
 
 
-_TASKS: dict[str, TaskSpec] = {}
+def register_task(spec: Union[TaskSpec, str], options: Iterable[Option] = (),
+                  post_parse: Optional[PostParse] = None, parent: Optional[str] = "shared") -> TaskSpec:
+    """Add a task's config: a :class:`TaskSpec`, or its fields (``name, options, post_parse, parent``).
+
+    Its options are added to the parent's; ``post_parse(cfg, notices)`` runs after the parent's rules.
+    Registering a name again replaces the earlier spec (a re-imported entry-point module)."""
+    if isinstance(spec, str):
+        spec = TaskSpec(spec, list(options), post_parse, parent)
+    if spec.parent is not None and spec.parent not in _TASKS:
+        raise ConfigError(f"task {spec.name!r}: parent {spec.parent!r} is not registered; known: "
+                          f"{'|'.join(sorted(_TASKS))}")
+    _TASKS[spec.name] = spec
+    return spec
 
 
-def register_task(name: str, options: Iterable[Option] = (), post_parse: Optional[PostParse] = None,
-                  parent: Optional[str] = "shared") -> None:
-    """Declare a task's options (added to the parent's) and its post-parse rule ``fn(cfg, notices)``
-    (run after the parent's rules)."""
-    _TASKS[name] = TaskSpec(name, list(options), post_parse, parent)
+def task_spec(task: str) -> TaskSpec:
+    """The registered spec of ``task``."""
+    if task not in _TASKS:
+        raise ConfigError(f"unknown task {task!r}; known: {'|'.join(sorted(_TASKS))}")
+    return _TASKS[task]
+
+
+def task_names() -> list[str]:
+    """Every registered task, in registration order (the built-in ones first)."""
+    return list(_TASKS)
+
+
+def documented_tasks() -> list[str]:
+    """The tasks the config reference has a column entry for: those adding options of their own (the
+    root ``shared`` and option-less children such as ``msrvtt_mc`` show through them)."""
+    return [n for n, s in _TASKS.items() if s.parent is not None and s.options]
 
 
 def task_options(task: str) -> dict[str, Option]:
     """name -> Option for ``task``, parents first (a child's option replaces the parent's)."""
-    if task not in _TASKS:
-        raise ConfigError(f"unknown task {task!r}; known: {'|'.join(sorted(_TASKS))}")
-    spec = _TASKS[task]
+    spec = task_spec(task)
     opts = task_options(spec.parent) if spec.parent else {}
     for o in spec.options:
         opts[o.name] = o
@@ -45,6 +68,27 @@ def post_parse_chain(task: str) -> list[PostParse]:
     spec = _TASKS[task]
     chain = post_parse_chain(spec.parent) if spec.parent else []
     return chain + ([spec.post_parse] if spec.post_parse else [])
+
+
+def all_options() -> list[Option]:
+    """Every option of every registered task (a name defined by several tasks appears once per task)."""
+    return [o for spec in _TASKS.values() for o in spec.options]
+
+
+DERIVED_MODEL_KEYS = ("task_type",)
+"""Keys the post-parse rules set that are no options but define the model (the head's kind)."""
+
+
+def model_keys() -> tuple[str, ...]:
+    """The keys inference takes from a trained run's ``log/args.json``: every option flagged ``model``,
+    in registration order, and :data:`DERIVED_MODEL_KEYS`."""
+    names = dict.fromkeys(o.name for o in all_options() if o.model)
+    return tuple(names) + DERIVED_MODEL_KEYS
+
+
+def runtime_keys() -> frozenset[str]:
+    """The settings that may differ between the runs of one output directory: options flagged ``runtime``."""
+    return frozenset(o.name for o in all_options() if o.runtime)
 
 
 def with_defaults(cfg: Mapping, task: str = "shared") -> Config:

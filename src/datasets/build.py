@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from src.config import Config, with_defaults
+from src.config.options import MSRVTT_MC, RETRIEVAL, VIDEO_QA, load_ans2label
 from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_mc import VideoMCCollator, VideoMCDataset, mk_mc_examples
 from src.datasets.dataset_retrieval import (
@@ -36,7 +37,7 @@ from src.datasets.dataset_video_qa import (
     VideoQADataset,
     mk_qa_examples,
 )
-from src.datasets.jsonl import load_json, load_jsonl
+from src.datasets.jsonl import load_jsonl
 from src.datasets.multi import MultiDataset
 
 if TYPE_CHECKING:
@@ -151,10 +152,10 @@ def build_retrieval_datasets(
     `max_n_example_per_group` captions with `itm_neg_size` negatives; "val"/"inference":
     VideoRetrievalEvalDataset (batch_size 1; captions chunked by eval_retrieval_batch_size or
     inference_batch_size; ``vid_ids`` adds videos to score beyond the ground truth)."""
-    cfg = with_defaults(cfg, "retrieval")
+    cfg = with_defaults(cfg, RETRIEVAL.name)
     if split == "train" and len(cfg.train_datasets or []) > 1:
         return _multi_train(cfg, build_retrieval_datasets)
-    txt, img, name = _txt_img(cfg, split, "retrieval")
+    txt, img, name = _txt_img(cfg, split, RETRIEVAL.name)
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("caption", "clip_name"),
                                         str_fields=("caption",)), cfg, split)
     examples = mk_retrieval_examples(rows)
@@ -178,7 +179,7 @@ def build_retrieval_datasets(
 def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADataset, VideoQACollator]:
     """(dataset, collator) for video QA (cfg.task in frameqa|msrvtt_qa|action|transition).
     Training groups 1 question per item (ClipBERT forces max_n_example_per_group=1 for QA)."""
-    cfg = with_defaults(cfg, "video_qa")
+    cfg = with_defaults(cfg, VIDEO_QA.name)
     if split == "train" and len(cfg.train_datasets or []) > 1:
         return _multi_train(cfg, build_qa_datasets)
     task = cfg.task
@@ -198,7 +199,7 @@ def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADatase
         path = cfg.ans2label_path
         if not path:
             raise ValueError(f"task {task} needs ans2label_path (a JSON {{answer: label}})")
-        ans2label = load_json(path)
+        ans2label = load_ans2label(path)
     grouped = defaultdict(list)
     for e in examples:
         grouped[e["vid_id"]].append(e)
@@ -219,8 +220,8 @@ def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADatase
 def build_mc_dataset(cfg: Mapping[str, Any],
                      split: str = "inference") -> tuple[VideoMCDataset, VideoMCCollator]:
     """(dataset, collator) for MSRVTT-MC style evaluation (jsonl {qid, clip_name, options, answer})."""
-    cfg = with_defaults(cfg, "msrvtt_mc")
-    txt, img, name = _txt_img(cfg, split, "msrvtt_mc")
+    cfg = with_defaults(cfg, MSRVTT_MC.name)
+    txt, img, name = _txt_img(cfg, split, MSRVTT_MC.name)
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("qid", "clip_name", "options")), cfg, split)
     ds = VideoMCDataset(mk_mc_examples(rows, txt), img, **_common(cfg, f"{name}_mc", False),
                         **_eval_clips(cfg))

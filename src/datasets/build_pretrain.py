@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from src.config import with_defaults
+from src.config.options_pretrain import PRETRAIN
 from src.datasets.build import _apply_data_ratio, _common, load_tokenizer
 from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_pretrain import PretrainCollator, PretrainDataset, mk_pretrain_examples
@@ -42,7 +43,7 @@ def _entry_dataset(cfg, entry, i, split):
 
 def build_pretrain_datasets(cfg: Mapping[str, Any], split: str):
     """train: (dataset or MultiDataset, collator); val: ([(name, dataset)], collator)."""
-    cfg = with_defaults(cfg, "pretrain")
+    cfg = with_defaults(cfg, PRETRAIN.name)
     key = "train_datasets" if split == "train" else "val_datasets"
     entries = cfg[key]
     if not entries:

@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from src.config import with_defaults
+from src.config.options import load_ans2label
+from src.config.options_vqa import VQA
 from src.datasets.build import _apply_data_ratio, _common, _dataset_entry, _multi_train, load_tokenizer
 from src.datasets.data_utils import mk_input_group
 from src.datasets.dataset_vqa import VQACollator, VQADataset, mk_vqa_examples
-from src.datasets.jsonl import load_json, load_jsonl
+from src.datasets.jsonl import load_jsonl
 
 
 def _paths(cfg, split):
@@ -29,15 +31,15 @@ def _paths(cfg, split):
     entry = _dataset_entry(cfg, "train" if split == "train" else "val")
     txt = entry["txt"]
     if isinstance(txt, dict):
-        if "vqa" not in txt:
+        if VQA.name not in txt:
             raise KeyError(f"{split} dataset txt is keyed by task ({sorted(txt)}) but has no 'vqa' entry")
-        txt = txt["vqa"]
+        txt = txt[VQA.name]
     return (list(txt) if isinstance(txt, (list, tuple)) else [txt]), entry["img"], entry.get("name", split)
 
 
 def build_vqa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VQADataset, VQACollator]:
     """(dataset, collator) of ``split`` (train | val | inference); unlabeled files only for inference."""
-    cfg = with_defaults(cfg, "vqa")
+    cfg = with_defaults(cfg, VQA.name)
     if split == "train" and len(cfg.train_datasets or []) > 1:  # mixed per step by ratio, as other tasks
         return _multi_train(cfg, build_vqa_datasets)
     paths, img, name = _paths(cfg, split)
@@ -60,6 +62,6 @@ def build_vqa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VQADataset, 
     group_size = int(cfg.max_n_example_per_group) if is_train else 1
     groups = mk_input_group(grouped, max_n_example_per_group=group_size, is_train=is_train,
                             example_unique_key="question_id")
-    ds = VQADataset(groups, img, load_json(cfg.ans2label_path), return_label=has_labels,
+    ds = VQADataset(groups, img, load_ans2label(cfg.ans2label_path), return_label=has_labels,
                     **_common(cfg, f"{name}_vqa_{split}", is_train))
     return ds, VQACollator(load_tokenizer(cfg.tokenizer_dir), cfg.max_txt_len)

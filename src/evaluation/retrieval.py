@@ -83,7 +83,7 @@ def _metrics(ranks):
 
 
 def eval_retrieval(vid_txt_score_dicts: Iterable[Mapping[str, Any]], gt_txt_id2vid_id: Mapping[Any, Any],
-                   id2data: Optional[Mapping] = None, *,
+                   id2data: Optional[Mapping] = None, *,  # noqa: ARG001 (ClipBERT's signature; unused there too)
                    skipped_vid_ids: Iterable[Any] = ()) -> dict[str, dict[str, float]]:
     """``{"text2video": {r1, r5, r10, medianR, meanR}, "video2text": {...}}`` (see module doc)."""
     S, txt_ids, vid_ids = _build_matrix(vid_txt_score_dicts)

@@ -22,7 +22,7 @@ from src.utils.pretrained_paths import resolve_path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["build_model", "load_model_config", "MODEL_CONFIG_DEFAULTS"]
+__all__ = ["build_model", "load_model_config", "MODEL_CONFIG_DEFAULTS", "HEAD_KEYS"]
 
 # ClipBERT keys of the model JSON beyond BertConfig, with their ClipBERT defaults
 MODEL_CONFIG_DEFAULTS = {
@@ -88,25 +88,33 @@ def _check_cnn_weights(path):
     raise FileNotFoundError(f"cnn_weights_path {path!r} does not exist; {hint}")
 
 
-def build_model(cfg: Mapping[str, Any]) -> ClipBert:
+HEAD_KEYS = ("num_labels", "loss_type", "margin", "classifier", "cls_hidden_scale")
+"""The config keys of ``make_head`` (the head of a caller that gives ``task_type`` and no head)."""
+
+
+def build_model(cfg: Mapping[str, Any], head: Any = None) -> ClipBert:
     """ClipBert from cfg keys: model_config, tokenizer_dir, bert_weights_path, e2e_weights_path,
     cnn_weights_path (alias detectron2_weights_path), cnn_type, freeze_cnn, grad_ckpt,
-    img_input_format, task_type, num_labels, loss_type, margin, classifier, cls_hidden_scale
-    (+ optional cnn_norm 'FrozenBN'|'BN', cnn_freeze_at). Unset keys take the config schema's defaults
-    (a plain dict is completed by ``src.config.with_defaults``); the model JSON may give cnn_type /
-    cnn_norm / cnn_freeze_at / bert_weights_path where the config leaves them unset."""
-    task_type = cfg.get("task_type") or "retrieval"  # derived by the config's post-parse rules
-    cfg = with_defaults(cfg, "retrieval" if task_type == "retrieval" else "video_qa")
+    img_input_format (+ optional cnn_norm 'FrozenBN'|'BN', cnn_freeze_at) and the task's ``head`` (an
+    object of src.modeling.heads).
+
+    A task gives its head (``ClipBertTask.build_head``); a library caller may give ``task_type``
+    (retrieval|qa_open|qa_mc) and the HEAD_KEYS it sets instead (``make_head``'s defaults for the rest).
+    The schema's defaults are filled where the config is parsed; a plain dict is completed here by
+    ``src.config.with_defaults`` (the shared options: nothing of a task's), which leaves a parsed config
+    as it is. The model JSON may give cnn_type / cnn_norm / cnn_freeze_at / bert_weights_path where the
+    config leaves them unset."""
+    cfg = with_defaults(cfg)
+    if head is None:
+        head = make_head(cfg.get("task_type") or "retrieval",
+                         **{k: cfg[k] for k in HEAD_KEYS if cfg.get(k) is not None})
     config, raw = load_model_config(cfg.model_config)
     _check_vocab(cfg.tokenizer_dir, config)
     grad_ckpt = bool(cfg.grad_ckpt)
     cnn = build_cnn(cfg, config, raw)
-    margin = {"margin": float(cfg.margin)} if "margin" in cfg else {}  # a retrieval (rank loss) option
-    head = make_head(task_type, num_labels=cfg.num_labels, loss_type=cfg.loss_type,
-                     classifier=cfg.classifier, cls_hidden_scale=cfg.cls_hidden_scale, **margin)
     config.pixel_random_sampling_size = int(cfg.pixel_random_sampling_size)
     model = ClipBert(cnn, ClipBertTransformer(config, head, grad_ckpt=grad_ckpt), head)
-    _load_weights(model, cfg, raw)
+    load_initial_weights(model, cfg, raw)
     if cfg.freeze_cnn:
         model.freeze_cnn_backbone()
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -133,11 +141,6 @@ def build_cnn(cfg, config, raw: dict) -> GridFeatBackbone:
 
 
 def load_initial_weights(model: ClipBert, cfg, raw: dict) -> None:
-    """``e2e_weights_path``, else the CNN and BERT weights (public name of the builders' loading step)."""
-    _load_weights(model, cfg, raw)
-
-
-def _load_weights(model: ClipBert, cfg, raw: dict) -> None:
     """End-to-end weights (e2e_weights_path), else the CNN and BERT weights separately."""
     cnn_weights = cfg.cnn_weights_path or cfg.detectron2_weights_path
     _check_cnn_weights(cnn_weights)

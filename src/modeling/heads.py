@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from src.config.options import check_lse_loss
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["build_classifier", "RetrievalHead", "QAHead", "MultipleChoiceHead", "make_head",
@@ -51,7 +53,7 @@ class _Head:
     def build_classifier(self, hidden_size):
         return build_classifier(hidden_size, self.num_outputs, self.classifier, self.cls_hidden_scale)
 
-    def reshape_logits(self, logits, n_examples_list):
+    def reshape_logits(self, logits, _n_examples_list):
         """Per-text logits (N, K) -> the task's layout (unchanged here; see MultipleChoiceHead)."""
         return logits
 
@@ -115,7 +117,7 @@ class QAHead(_Head):
         super().__init__(num_labels, classifier, cls_hidden_scale)
         self.loss_type = "mse" if self.num_outputs == 1 else loss_type
 
-    def calc_loss(self, logits, labels, n_examples_list=None):
+    def calc_loss(self, logits, labels, _n_examples_list=None):
         logits = logits.float()
         if self.loss_type == "mse":
             return F.mse_loss(logits.view(-1), labels.view(-1).float(), reduction="none")
@@ -139,7 +141,7 @@ class MultipleChoiceHead(_Head):
                              f"(n_examples_list), got {bad}; set num_labels to the number of options")
         return logits.view(-1, self.num_choices)
 
-    def calc_loss(self, logits, labels, n_examples_list=None):
+    def calc_loss(self, logits, labels, _n_examples_list=None):
         return F.cross_entropy(logits.float().view(-1, self.num_choices), labels.view(-1).long(),
                                reduction="none")
 
@@ -188,8 +190,6 @@ def lse_loss(stacked_logits, labels):
     """ClipBERT's lse loss per example: LSE_{k,c} s_kc - LSE_k s_{k,y} (k: clip, c: class)."""
     s = _stack(stacked_logits).float()
     n_clips, n, c = s.shape
-    if c < 2:
-        raise ValueError("score_agg_func='lse' needs >= 2 classes (loss_type 'ce'); got 1 logit per example")
     labels = labels.view(-1).long()
     all_lse = torch.logsumexp(s.permute(1, 0, 2).reshape(n, n_clips * c), dim=1)
     pos = s.gather(2, labels.view(1, n, 1).expand(n_clips, n, 1)).squeeze(2)  # (K, N)
@@ -201,7 +201,6 @@ def clip_aggregated_loss(stacked_logits, labels, agg, head, n_examples_list=None
     texts per video, which the rank loss pairs within), or ClipBERT's lse loss (cross-entropy heads)."""
     stacked_logits = _stack(stacked_logits)
     if agg == "lse":
-        if head.loss_type != "ce":
-            raise ValueError(f"score_agg_func='lse' requires loss_type='ce', got {head.loss_type!r}")
+        check_lse_loss(agg, head.loss_type)
         return lse_loss(stacked_logits, labels).mean()
     return head.calc_loss(aggregate_clip_logits(stacked_logits, agg), labels, n_examples_list).mean()

@@ -40,8 +40,7 @@ from src.utils.progress import Progress
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["forward_clips", "clip_logits", "unwrap_model", "shard_indices", "ClipBertTask", "main",
-           "write_json"]
+__all__ = ["forward_clips", "clip_logits", "unwrap_model", "shard_indices", "ClipBertTask", "main"]
 
 
 def unwrap_model(model):
@@ -80,23 +79,18 @@ def shard_indices(n, rank, world):
     return list(range(rank, n, world))
 
 
-def write_json(path, obj, indent=4):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=indent, default=str)
-
-
 class LastEpochBadVideos(Hook):
     """Logs the bad-video summary of the last, partly read epoch (full epochs report at their end)."""
 
-    def after_train(self, trainer, summary):
+    def after_train(self, trainer, _summary):
         dataset = getattr(trainer.loader, "dataset", None)
         if trainer.state.examples_in_epoch and hasattr(dataset, "bad_video_report"):
             dataset.bad_video_report(reset=True, log=True)
 
 
 class ClipBertTask(Task):
-    """Base task over ClipBert: subclasses give ``build_train_data``, ``evaluate`` and ``run_inference``."""
+    """Base task over ClipBert: subclasses give ``name``, ``config``, ``build_train_data``, ``build_head``,
+    ``evaluate`` and ``run_inference`` (src.tasks.registry)."""
 
     main_metric = "loss"
     _val = _val_key = None
@@ -111,7 +105,11 @@ class ClipBertTask(Task):
 
     # -- model / training --------------------------------------------------------------------
     def build_model(self, cfg):
-        return build_model(cfg)
+        return build_model(cfg, head=self.build_head(cfg))
+
+    def build_head(self, cfg):  # required (unless build_model is overridden)
+        """The task head (``src.modeling.heads``: classifier shape, logits layout, loss) for ``cfg``."""
+        raise NotImplementedError(f"{type(self).__name__} must define build_head(cfg) (or build_model)")
 
     def img_norm(self, cfg):
         if cfg.img_pixel_mean is None or cfg.img_pixel_std is None:
@@ -122,7 +120,7 @@ class ClipBertTask(Task):
     def wrap_train_loader(self, loader, cfg, device):
         return PrefetchLoader(loader, self.img_norm(cfg), device, yield_empty=True)
 
-    def build_hooks(self, cfg):
+    def build_hooks(self, _cfg):
         return [LastEpochBadVideos()]
 
     def forward_train(self, model, batch, cfg):
@@ -251,14 +249,18 @@ def batch_scheduling(enabled):
     return True
 
 
-def main(task_name, task_cls, argv=None):
+def main(task, task_cls=None, argv=None):
     """Entry point: ``python src/tasks/run_x.py --config c.json [--key value ...]``.
+
+    ``main(RetrievalTask)`` runs a task class that declares its ``name`` (src.tasks.registry);
+    ``main("retrieval", RetrievalTask)`` gives the config task's name and the class separately.
 
     Trains (engine) unless ``--do_inference 1``; returns the process exit status: 0 ok, 1 a
     user-fixable error (one line ``error: Type: message`` on stderr; CLIPBERT_TRACEBACK=1 shows the
     traceback), 2 a bad config value, 75 stopped by SIGTERM/SIGUSR1/SIGINT after saving the restore
     file (src.training.preemption).
     """
+    task_name, task_cls = (task, task_cls) if isinstance(task, str) else (task.name, task)
     limit_cpu_threads()
     cfg = parse_args_or_exit(task_name, argv)
     setup_logging()

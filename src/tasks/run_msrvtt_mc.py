@@ -16,6 +16,7 @@ import logging
 import sys
 
 import src.compat.hvd as hvd
+from src.config.options import MSRVTT_MC
 from src.datasets.build import build_mc_dataset
 from src.datasets.dataset_mc import N_OPTIONS
 from src.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions, mc_predict
@@ -28,18 +29,25 @@ from src.tasks.common import (
     skipped_videos_report,
     unwrap_model,
 )
+from src.tasks.run_video_retrieval import retrieval_head
 
 logger = logging.getLogger(__name__)
 
 
 class MSRVTTMCTask(ClipBertTask):
+    """Multiple choice by retrieval scores; inference only (no training data, no validation)."""
+    config = MSRVTT_MC
+    name = config.name
     main_metric = "mc_accuracy"
 
-    def build_train_data(self, cfg):
+    def build_head(self, cfg):
+        return retrieval_head(cfg)
+
+    def build_train_data(self, _cfg):
         raise ValueError("msrvtt_mc is inference only: train with src/tasks/run_video_retrieval.py and "
                          "run this with --do_inference 1 on that run's output_dir")
 
-    def evaluate(self, model, cfg, global_step):
+    def evaluate(self, _model, _cfg, _global_step):
         raise ValueError("msrvtt_mc is inference only (use --do_inference 1)")
 
     def predict(self, model, loader, cfg):
@@ -89,4 +97,4 @@ class MSRVTTMCTask(ClipBertTask):
 
 
 if __name__ == "__main__":
-    sys.exit(main("msrvtt_mc", MSRVTTMCTask))
+    sys.exit(main(MSRVTTMCTask))

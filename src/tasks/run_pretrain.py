@@ -14,6 +14,7 @@ import sys
 
 import torch
 
+from src.config.options_pretrain import PRETRAIN
 from src.datasets.build_pretrain import build_pretrain_datasets
 from src.modeling.pretrain import build_pretrain_model
 from src.tasks.common import ClipBertTask, main, progress_over, unwrap_model
@@ -24,6 +25,9 @@ _SUMS = ("mlm_loss_sum", "mlm_correct", "mlm_total", "itm_loss_sum", "itm_correc
 
 
 class PretrainTask(ClipBertTask):
+    """MLM + ITM pretraining: its own model (the pretraining heads) instead of a task head."""
+    config = PRETRAIN
+    name = config.name
     main_metric = "loss"
 
     def build_model(self, cfg):
@@ -32,11 +36,11 @@ class PretrainTask(ClipBertTask):
     def build_train_data(self, cfg):
         return build_pretrain_datasets(cfg, "train")
 
-    def forward_train(self, model, batch, cfg):
+    def forward_train(self, model, batch, _cfg):
         out = model(batch)
         return {"loss": out["loss"], "mlm_loss": out["mlm_loss"], "itm_loss": out["itm_loss"]}
 
-    def evaluate(self, model, cfg, global_step):
+    def evaluate(self, model, cfg, _global_step):
         def build():
             sets, collate = build_pretrain_datasets(cfg, "val")
             return [(name, self.build_eval_loader(ds, collate, cfg, cfg.val_batch_size)) for name, ds in sets]
@@ -48,7 +52,7 @@ class PretrainTask(ClipBertTask):
         overall = _rates(total, unwrap_model(model))
         return {**overall, "loss": overall.get("mlm_loss", 0.0) + overall.get("itm_loss", 0.0), **metrics}
 
-    def run_inference(self, cfg):
+    def run_inference(self, _cfg):
         raise ValueError("pretraining has no inference step: fine-tune from a checkpoint "
                          "(--e2e_weights_path OUTPUT/ckpt/model_best.pt) or evaluate its validation")
 
@@ -85,4 +89,4 @@ def _rates(s, model):
 
 
 if __name__ == "__main__":
-    sys.exit(main("pretrain", PretrainTask))
+    sys.exit(main(PretrainTask))

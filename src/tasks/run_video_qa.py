@@ -30,12 +30,12 @@ import torch
 import torch.nn.functional as F
 
 import src.compat.hvd as hvd
+from src.config.options import VIDEO_QA
 from src.datasets.build import build_qa_datasets
-from src.datasets.dataset_video_qa import OPEN_ENDED_QA
-from src.datasets.jsonl import load_json
+from src.datasets.dataset_video_qa import MC_QA, OPEN_ENDED_QA
 from src.evaluation.predictions import finite_argmax
 from src.evaluation.qa import QA_ANSWER_TYPES, eval_qa, gather_qa_results, qa_scores
-from src.modeling.heads import aggregate_clip_logits, lse_loss
+from src.modeling.heads import MultipleChoiceHead, QAHead, aggregate_clip_logits, lse_loss
 from src.tasks.common import (
     ClipBertTask,
     forward_clips,
@@ -52,7 +52,16 @@ logger = logging.getLogger(__name__)
 
 class VideoQATask(ClipBertTask):
     """The engine's Task for frameqa / msrvtt_qa (open-ended) and action / transition (5-way)."""
+    config = VIDEO_QA
+    name = config.name
     main_metric = "overall_acc"
+
+    def build_head(self, cfg):
+        """5-way multiple choice over the candidate answers (action, transition), else a classifier over
+        the ``num_labels`` answers of ans2label."""
+        if cfg.task in MC_QA:
+            return MultipleChoiceHead(cfg.num_labels, cfg.classifier, cfg.cls_hidden_scale)
+        return QAHead(cfg.num_labels, cfg.loss_type, cfg.classifier, cfg.cls_hidden_scale)
 
     def build_train_data(self, cfg):
         return build_qa_datasets(cfg, "train")
@@ -63,10 +72,10 @@ class VideoQATask(ClipBertTask):
         bs = cfg.inference_batch_size if split == "inference" else cfg.val_batch_size
         return ds, self.build_eval_loader(ds, collate, cfg, bs)
 
-    def evaluate(self, model, cfg, global_step):
+    def evaluate(self, model, cfg, _global_step):
         ds, loader = self.val_data(lambda: self.qa_loader(cfg, "val"))
         preds, loss_sum, n_loss = predict(model, loader, cfg, debug=cfg.debug)
-        metrics = qa_metrics(ds, cfg, preds, loss_sum, n_loss)
+        metrics = qa_metrics(ds, preds, loss_sum, n_loss)
         bad = gather_bad_videos(ds)
         if bad:
             metrics["evaluated"] = skipped_videos_report(bad, qa_coverage(ds, bad))["evaluated"]
@@ -86,7 +95,7 @@ class VideoQATask(ClipBertTask):
         bad = gather_bad_videos(ds)
         scores = None
         if ds.return_label:
-            scores = qa_scores(results, ground_truth(ds), label2ans_for(cfg), QA_ANSWER_TYPES.get(cfg.task))
+            scores = qa_scores(results, ground_truth(ds), label2ans_for(ds), QA_ANSWER_TYPES.get(cfg.task))
         files = {"results_all.json": results,
                  "skipped_videos.json": skipped_videos_report(bad, qa_coverage(ds, bad))}
         if scores is not None:
@@ -139,18 +148,20 @@ def ground_truth(dataset):
             for q, d in dataset.qid2data.items()}
 
 
-def label2ans_for(cfg):
-    """{label: answer} for open-ended tasks (predictions are compared as strings), else None."""
-    if cfg.task not in OPEN_ENDED_QA:
+def label2ans_for(dataset):
+    """{label: answer} of an open-ended task's dataset (predictions are compared as strings), else None;
+    from the ``ans2label`` the dataset was built with (ans2label_path is read when the dataset is built,
+    not again at every validation)."""
+    if dataset.task_type not in OPEN_ENDED_QA:
         return None
-    return {int(v): k for k, v in load_json(cfg.ans2label_path).items()}
+    return {int(v): k for k, v in dataset.ans2label.items()}
 
 
-def qa_metrics(dataset, cfg, local_preds, loss_sum=0.0, n_loss=0):
+def qa_metrics(dataset, local_preds, loss_sum=0.0, n_loss=0):
     """Collective: {overall_acc, <type>_acc..., ratios, loss} over every rank's predictions."""
     preds = gather_qa_results(local_preds)
     parts = all_gather_list((loss_sum, n_loss))
-    metrics = eval_qa(preds, ground_truth(dataset), label2ans_for(cfg))
+    metrics = eval_qa(preds, ground_truth(dataset), label2ans_for(dataset))
     total = sum(n for _, n in parts)
     if total:
         metrics["loss"] = sum(s for s, _ in parts) / total
@@ -165,4 +176,4 @@ def qa_coverage(dataset, bad):
 
 
 if __name__ == "__main__":
-    sys.exit(main("video_qa", VideoQATask))
+    sys.exit(main(VideoQATask))

@@ -25,8 +25,10 @@ import logging
 import sys
 
 import src.compat.hvd as hvd
+from src.config.options import RETRIEVAL
 from src.datasets.build import build_retrieval_datasets
 from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results, retrieval_coverage, with_rsum
+from src.modeling.heads import RetrievalHead
 from src.tasks.common import (
     ClipBertTask,
     clip_logits,
@@ -77,8 +79,19 @@ def recall_line(m):
             f"MnR {m['meanR']:.1f}")
 
 
+def retrieval_head(cfg):
+    """Video-text matching head: 2-way ITM with cross-entropy (loss_type ce) or 1 logit with the rank loss."""
+    return RetrievalHead(cfg.loss_type, cfg.margin, cfg.classifier, cfg.cls_hidden_scale)
+
+
 class RetrievalTask(ClipBertTask):
+    """Text-to-video retrieval: the task to copy for a new task that trains (docs/adding_a_task.md)."""
+    config = RETRIEVAL
+    name = config.name
     main_metric = "text2video_r1"
+
+    def build_head(self, cfg):
+        return retrieval_head(cfg)
 
     def build_train_data(self, cfg):
         return build_retrieval_datasets(cfg, "train")
@@ -87,7 +100,7 @@ class RetrievalTask(ClipBertTask):
         return self.build_eval_loader(dataset, collate_fn, cfg, batch_size=1,
                                       indices=retrieval_shard(dataset, hvd.rank(), hvd.size()))
 
-    def evaluate(self, model, cfg, global_step):
+    def evaluate(self, model, cfg, _global_step):
         def build():  # tokenizer + LMDB + caption chunks, this rank's share of the videos
             ds, collate = build_retrieval_datasets(cfg, "val")
             return ds, self.retrieval_loader(ds, collate, cfg)
@@ -115,4 +128,4 @@ class RetrievalTask(ClipBertTask):
 
 
 if __name__ == "__main__":
-    sys.exit(main("retrieval", RetrievalTask))
+    sys.exit(main(RetrievalTask))

@@ -27,10 +27,12 @@ import torch
 import torch.nn.functional as F
 
 import src.compat.hvd as hvd
+from src.config.options_vqa import VQA
 from src.datasets.build_vqa import build_vqa_datasets
 from src.evaluation.predictions import finite_argmax
 from src.evaluation.qa import gather_qa_results
 from src.evaluation.vqa import eval_vqa, vqa_scores
+from src.modeling.heads import QAHead
 from src.tasks.common import (
     ClipBertTask,
     gather_bad_videos,
@@ -51,12 +53,18 @@ def vqa_loss(logits, targets):
 
 class VQATask(ClipBertTask):
     """The engine's Task for VQA: images through the video pipeline as 1-frame clips."""
+    config = VQA
+    name = config.name
     main_metric = "overall_acc"
+
+    def build_head(self, cfg):
+        """A classifier over the ``num_labels`` answers of ans2label, trained with the soft-score BCE."""
+        return QAHead(cfg.num_labels, cfg.loss_type, cfg.classifier, cfg.cls_hidden_scale)
 
     def build_train_data(self, cfg):
         return build_vqa_datasets(cfg, "train")
 
-    def forward_train(self, model, batch, cfg):
+    def forward_train(self, model, batch, _cfg):
         logits = model({**batch, "labels": None})["logits"]
         return vqa_loss(logits, batch["labels"]).mean()
 
@@ -66,7 +74,7 @@ class VQATask(ClipBertTask):
         bs = cfg.inference_batch_size if split == "inference" else cfg.val_batch_size
         return ds, self.build_eval_loader(ds, collate, cfg, bs)
 
-    def evaluate(self, model, cfg, global_step):
+    def evaluate(self, model, cfg, _global_step):
         ds, loader = self.val_data(lambda: self.vqa_loader(cfg, "val"))
         local, loss_sum, n_loss = predict(model, loader, ds.label2ans, debug=cfg.debug)
         preds = gather_qa_results(local)
@@ -145,4 +153,4 @@ def coverage(dataset, bad):
 
 
 if __name__ == "__main__":
-    sys.exit(main("vqa", VQATask))
+    sys.exit(main(VQATask))

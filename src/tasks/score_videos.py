@@ -108,14 +108,14 @@ def rank_captions(cfg, captions, keys, top_k):
 
 
 @torch.no_grad()
-def answer_questions(cfg, questions, keys, top_k):
+def answer_questions(cfg, _questions, _keys, top_k):  # rank_captions' signature: the texts are in cfg
     task = VideoQATask()
     model, _ = task.prepare_inference(cfg)  # the run's task (frameqa, action, ...) comes with its config
     if cfg.task not in OPEN_ENDED_QA:
         raise ValueError(f"task {cfg.task} chooses among given options; score_videos answers open-ended "
                          f"questions ({', '.join(sorted(OPEN_ENDED_QA))} models)")
     ds, loader = task.qa_loader(cfg, "inference")
-    label2ans = label2ans_for(cfg)
+    label2ans = label2ans_for(ds)
     out = {}
     for batch in progress_over(loader, "video QA"):
         if batch is None:
@@ -156,7 +156,8 @@ def run(argv=None) -> int:
         rows = ([{"caption": t, "clip_name": first} for t in texts] if kind == "captions" else
                 [{"question": q, "video_id": k} for k in videos for q in texts])
         _write_inputs(tmp, videos, rows)
-        cfg = parse_args_or_exit("retrieval" if kind == "captions" else "video_qa", rest + [
+        task = RetrievalTask if kind == "captions" else VideoQATask
+        cfg = parse_args_or_exit(task.name, rest + [
             "--do_inference", "1", "--inference_txt_db", os.path.join(tmp, "texts.jsonl"),
             "--inference_img_db", os.path.join(tmp, "vis_db"), "--skip_bad_videos", "1"])
         score = rank_captions if kind == "captions" else answer_questions

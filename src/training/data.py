@@ -2,9 +2,9 @@
 
 * :class:`ResumableDistributedSampler` is ``torch.utils.data.DistributedSampler`` (same shuffle:
   ``randperm`` seeded with ``seed + epoch``, padding by repetition, ``rank::world`` split) plus
-  ``skip(n)``: the next pass starts after the first ``n`` samples of this rank, so a resumed run
-  never re-reads (or decodes) consumed data. The engine calls ``set_epoch`` every epoch (ClipBERT
-  never did, so every epoch saw the same order).
+  ``start_at(consumed)`` (or ``skip(n)`` per rank): the next pass starts after the epoch's first
+  ``consumed`` examples, so a resumed run never re-reads (or decodes) consumed data. The engine calls
+  ``set_epoch`` every epoch (ClipBERT never did, so every epoch saw the same order).
 * :class:`MetaSampler` (ClipBERT's MetaLoader): each batch from one of several datasets, chosen per
   step in proportion to their ratios, with the same resumability.
 * Every sample is loaded under its own seed ``f(seed, epoch, index)`` (python, numpy and torch RNGs,
@@ -55,7 +55,6 @@ class ResumableDistributedSampler(Sampler):
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
         self.world, self.rank = num_replicas, rank
         self.num_samples = -(-self.n // num_replicas)  # per rank, in a whole epoch
-        self.total_size = self.num_samples * num_replicas
 
     def set_epoch(self, epoch):
         self.epoch, self.start = epoch, 0
@@ -65,7 +64,8 @@ class ResumableDistributedSampler(Sampler):
         self.start = max(0, min(int(consumed), self.n))
 
     def skip(self, n_samples):
-        """Start the next pass after ``n_samples`` of this rank's samples (reset by set_epoch)."""
+        """Start the next pass after ``n_samples`` of this rank's samples (reset by set_epoch): the
+        per-rank spelling of :meth:`start_at`, used by the sampler tests."""
         self.start_at(int(n_samples) * self.world)
 
     def permutation(self):
@@ -116,7 +116,6 @@ class MetaSampler(ResumableDistributedSampler):
         super().reshard(num_replicas, rank)
         self.steps_per_epoch = -(-self.n // (self.batch_size * self.world))
         self.num_samples = self.steps_per_epoch * self.batch_size
-        self.total_size = self.num_samples * self.world
 
     def schedule(self, epoch=None):
         """The dataset number of every step of ``epoch`` (default: the current one)."""

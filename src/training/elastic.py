@@ -56,7 +56,7 @@ class ElasticCommit(Hook):
     def __init__(self, every: int, state=None):
         self.every, self.state = every, state
 
-    def after_step(self, trainer, result):
+    def after_step(self, trainer, _result):
         if trainer.global_step % self.every or trainer.finished:
             return  # the engine writes the restore file of the step that ends the run
         if self.state is not None:

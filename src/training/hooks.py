@@ -147,7 +147,7 @@ class Evaluation(Hook):
     def __init__(self, every: int):
         self.every = every
 
-    def after_step(self, trainer, result):
+    def after_step(self, trainer, _result):
         if trainer.global_step % self.every == 0 or trainer.at_end:
             self.validate(trainer)
 
@@ -214,7 +214,7 @@ class StepCheckpoints(Hook):
                     {int(r["step"]): r for r in read_metrics(MetricsLog(trainer.log_dir).path, "valid")
                      if r["step"] <= trainer.global_step})
 
-    def after_validation(self, trainer, metrics):
+    def after_validation(self, trainer, _metrics):
         record = trainer.state.validation
         if not trainer.is_main:
             return
@@ -292,6 +292,6 @@ class RestoreSaver(Hook):
     def __init__(self, every: int):
         self.every = every
 
-    def after_step(self, trainer, result):
+    def after_step(self, trainer, _result):
         if trainer.global_step % self.every == 0:
             trainer.save_restore()

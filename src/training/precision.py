@@ -46,8 +46,8 @@ class FullPrecision:
         return contextlib.nullcontext()
 
     @contextlib.contextmanager
-    def scale_loss(self, loss: torch.Tensor, optimizer,
-                   delay_unscale: bool = False) -> Iterator[torch.Tensor]:
+    def scale_loss(self, loss: torch.Tensor, optimizer,  # noqa: ARG002 (the precision interface; fp32 ignores)
+                   delay_unscale: bool = False) -> Iterator[torch.Tensor]:  # noqa: ARG002 (the same)
         """The loss to call ``backward`` on (here: the loss itself)."""
         yield loss
 
@@ -55,7 +55,7 @@ class FullPrecision:
         """The tensors the optimizer updates: what gradient clipping must see."""
         return [p for g in optimizer.param_groups for p in g["params"]]
 
-    def masters_by_name(self, optimizer) -> dict[str, torch.Tensor] | None:
+    def masters_by_name(self, _optimizer) -> dict[str, torch.Tensor] | None:
         """Parameter name -> fp32 master, where masters differ from the model's params (else None)."""
         return None
 

@@ -37,7 +37,7 @@ class StepProfiler(Hook):
         elif trainer.global_step + 1 == self.first:
             self._start()
 
-    def after_step(self, trainer, result):
+    def after_step(self, trainer, _result):
         if not trainer.is_main:
             return
         step = trainer.global_step

@@ -31,6 +31,7 @@ import sys
 import time
 
 import src.compat.hvd as hvd
+from src.config.stored import runtime_keys
 from src.training.checkpoint import model_step_path
 from src.training.metrics_log import read_metrics
 from src.utils.errors import RunDirError
@@ -39,27 +40,19 @@ logger = logging.getLogger(__name__)
 
 POLICIES = ("resume", "extend", "restart")
 LOCK_NAME = ".run.lock"
-# settings that may differ between the runs of one directory: how it runs, not what it trains
-RUNTIME_KEYS = frozenset({
-    "output_dir", "existing_run", "n_workers", "pin_mem", "log_interval", "dist_backend",
-    "do_inference", "inference_model_step", "inference_txt_db", "inference_img_db", "inference_batch_size",
-    "inference_n_clips", "val_batch_size", "eval_retrieval_batch_size", "skip_bad_videos",
-    "keep_last_k", "keep_top_k", "path_prefix", "cpu_sched_batch", "elastic_commit_steps",
-    "row_sparse_allreduce", "profile_steps", "wandb_project", "wandb_entity", "wandb_run_name", "wandb_tags",
-    "wandb_mode",
-})
 # ClipBERT's derived keys that args.json carries next to the settings
 DERIVED_KEYS = frozenset({"num_train_steps", "valid_steps", "save_steps", "n_gpu"})
 
 
 def setting_differences(stored: dict, current: dict) -> dict[str, tuple]:
     """``{key: (stored, current)}`` for the settings that differ (keys on one side only are skipped:
-    options added or removed between versions of this project). Under ``find_batch_size`` the batch
+    options added or removed between versions of this project; so are the options flagged ``runtime``,
+    which say how a run runs, not what it trains). Under ``find_batch_size`` the batch
     size and accumulation are what the finder chose, kept from the stored run."""
     out = {}
     finder = current.get("find_batch_size", "none") != "none"
     found = {"train_batch_size", "gradient_accumulation_steps"} if finder else set()
-    for k in sorted(set(stored) & set(current) - RUNTIME_KEYS - DERIVED_KEYS - found):
+    for k in sorted(set(stored) & set(current) - runtime_keys() - DERIVED_KEYS - found):
         if stored[k] != current[k]:
             out[k] = (stored[k], current[k])
     return out

@@ -2,7 +2,12 @@
 
 ClipBERT copied its training loop into every ``run_*.py``; here a task script subclasses :class:`Task`
 (usually through ``src.tasks.common.ClipBertTask``) and the one engine (``src.training.engine``) does
-the rest.
+the rest. A task that ``src.tasks.registry.register`` records also declares ``name`` and ``config``
+(its options); see docs/adding_a_task.md.
+
+Interface parameters an implementation does not use are named with a leading underscore there
+(``def build_hooks(self, _cfg)``): ruff's unused-argument rules (ARG) accept them, and the engine
+passes these arguments by position.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from src.utils.device import move_to_device
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
+    from src.config import TaskSpec
     from src.training.contracts import Hook
 
 
@@ -38,10 +44,13 @@ class Task:
     """Override the methods marked *required*.
 
     ``main_metric``: key of :meth:`evaluate`'s (flattened) result used for the best checkpoint and
-    early stopping when ``cfg.best_metric`` is unset.
+    early stopping when ``cfg.best_metric`` is unset. ``name`` and ``config`` (a
+    :class:`~src.config.TaskSpec`): the registered name and options (src.tasks.registry).
     """
 
     main_metric = "loss"
+    name: str = ""
+    config: TaskSpec | None = None
 
     def build_model(self, cfg) -> torch.nn.Module:  # required
         """The model; the engine moves it to the device."""
@@ -51,7 +60,7 @@ class Task:
         """``(dataset, collate_fn)``; ``len(dataset)`` is the number of training groups."""
         raise NotImplementedError
 
-    def wrap_train_loader(self, loader, cfg, device: torch.device):
+    def wrap_train_loader(self, loader, _cfg, device: torch.device):
         """Wrap the engine's DataLoader; the batches it yields must be on ``device`` (the engine does
         not move them again). Default: :class:`OnDevice` (the batches moved, nothing else).
 
@@ -66,7 +75,8 @@ class Task:
         raise NotImplementedError
 
     def evaluate(self, model: torch.nn.Module, cfg, global_step: int) -> dict:  # required
-        """Validation metrics (called on every rank, model in eval mode under no_grad).
+        """Validation metrics at optimizer step ``global_step`` (called on every rank, model in eval mode
+        under no_grad; most tasks ignore the step: ``_global_step``).
 
         Return a (possibly nested) dict of numbers, complete on rank 0 (gather across ranks with
         src.utils.distributed.all_gather_list); nested keys are joined with '_'
@@ -74,7 +84,7 @@ class Task:
         """
         raise NotImplementedError
 
-    def build_hooks(self, cfg) -> list[Hook]:
+    def build_hooks(self, _cfg) -> list[Hook]:
         """Extra hooks for this task, run after the engine's default hooks (default: none)."""
         return []
 

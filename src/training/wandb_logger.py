@@ -127,7 +127,7 @@ class WandbLogger(Hook):
     def after_validation(self, trainer, metrics):
         self._log({f"valid/{k}": v for k, v in metrics.items()}, trainer.global_step)
 
-    def after_train(self, trainer, summary):
+    def after_train(self, _trainer, summary):
         if self.run is None:
             return
         best = summary["best"]

@@ -1,4 +1,9 @@
-"""Logging in ClipBERT's layout: a module LOGGER, log.txt, a rank-0 tensorboardX writer, RunningMeter."""
+"""Logging in ClipBERT's layout: a module LOGGER, log.txt, a rank-0 tensorboardX writer, RunningMeter.
+
+``LOGGER`` and ``TB_LOGGER`` are ClipBERT-compatible names, kept at ClipBERT's import path for users'
+scripts (``from src.utils.logger import LOGGER, TB_LOGGER``); this project's code uses module loggers
+and :func:`make_tb_logger` instead.
+"""
 import logging
 import math
 import os
@@ -40,7 +45,7 @@ class _RunLogFile(logging.FileHandler):
 
     _reported = False
 
-    def handleError(self, record):
+    def handleError(self, _record):
         if not self._reported:
             self._reported = True
             err = sys.exc_info()[1]

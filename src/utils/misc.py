@@ -35,7 +35,7 @@ class NoOp:
     def __getattr__(self, name):
         return self.noop
 
-    def noop(self, *args, **kwargs):
+    def noop(self, *_args, **_kwargs):
         return None
 
     def __bool__(self):

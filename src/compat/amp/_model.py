@@ -96,10 +96,10 @@ def _register_fp32_state_dict_hooks(model, cast_dtype, param_to_master, before_s
     its memory, so in-place writes into the state dict reach the weights as they do for plain torch
     modules), any other low-precision tensor as an fp32 copy (apex copied every entry).
     ``before_state_dict()`` runs first (the lazy master sync, see ``_optimizer``)."""
-    def pre_hook(module, prefix, keep_vars):
+    def pre_hook(_module, _prefix, _keep_vars):  # torch passes these by position
         before_state_dict()
 
-    def hook(module, sd, prefix, local_metadata):
+    def hook(module, sd, prefix, _local_metadata):
         for name, p in list(module._parameters.items()) + list(module._buffers.items()):
             key = prefix + name
             if p is None or key not in sd:
@@ -109,7 +109,7 @@ def _register_fp32_state_dict_hooks(model, cast_dtype, param_to_master, before_s
                 master = param_to_master.get(p)
                 sd[key] = master.detach() if master is not None else v.float()
 
-    def load_hook(module, sd, prefix, *args):
+    def load_hook(module, sd, prefix, *_args):
         with torch.no_grad():
             for name, p in module._parameters.items():
                 master = param_to_master.get(p) if p is not None else None

@@ -108,7 +108,7 @@ def _master_step(orig_step):
 
 def _uncast_step(orig_step):
     """O1 ``step``: the optimizer's own step (any arguments, closures too) with O1's casts off."""
-    def step(self, *args, **kwargs):
+    def step(_self, *args, **kwargs):  # bound to the optimizer, whose own step is orig_step
         with disable_casts():
             return orig_step(*args, **kwargs)
     return step

@@ -6,7 +6,7 @@ from __future__ import annotations
 class LossScaler:
     """apex's loss scaler: dynamic (x2 every ``scale_window`` clean updates, /2 on overflow) or static."""
 
-    def __init__(self, loss_scale: float | str, init_scale: float = 2. ** 16, scale_factor: float = 2.,
+    def __init__(self, loss_scale: float | str, init_scale: float = 2. ** 16, scale_factor: float = 2.,  # noqa: ARG002 (apex's signature; see below)
                  scale_window: int = 2000, min_loss_scale: float | None = None,
                  max_loss_scale: float | None = 2. ** 24) -> None:
         # scale_factor is accepted and ignored: apex hard-codes 2.

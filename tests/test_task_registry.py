@@ -1,0 +1,145 @@
+"""A task is one registered object: adding one touches only its own file plus one registration.
+
+tests/toy_count_task.py is a new task written as docs/adding_a_task.md says; ``register`` is the one
+call. Everything that used to need a hand-edited list (parser, config reference, MODEL_KEYS at
+inference, RUNTIME_KEYS of the rerun policy, the schema test, the model's head) must pick it up.
+"""
+import inspect
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import src.config as config
+from src.config import apply_stored_model_config, config_reference_markdown, parse_args
+from src.config.tasks import task_spec
+from src.tasks import registry
+from src.tasks.common import main
+from src.training.metrics_log import read_metrics
+from src.training.run_dir import setting_differences
+from tests.test_architecture import schema_keys
+from tests.toy_count_task import TOY_COUNT, ToyCountTask
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = str(REPO / "configs" / "model" / "tiny_model.json")
+
+
+@pytest.fixture
+def toy_registered(monkeypatch):
+    """The toy task registered with one call, in registries that are restored afterwards."""
+    import src.config.tasks as config_registry
+    monkeypatch.setattr(config_registry, "_TASKS", dict(config_registry._TASKS))
+    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+    registry.register(ToyCountTask)
+
+
+def toy_argv(out, **kw):
+    args = {"model_config": TINY, "cnn_type": "tiny", "cnn_weights_path": "", "output_dir": str(out),
+            "train_batch_size": 4, "num_train_epochs": 2, "num_valid": 2, "min_valid_steps": 1,
+            "train_n_clips": 1, "num_frm": 3, "n_workers": 0, "learning_rate": 1e-3, **kw}
+    return [x for k, v in args.items() for x in (f"--{k}", str(v))]
+
+
+def test_one_registration_feeds_every_generated_list(toy_registered):
+    assert registry.get_task("toy_count") is ToyCountTask and "toy_count" in registry.runnable_tasks()
+    assert "toy_count" in config.documented_tasks()
+    assert "toy_frames" in config.MODEL_KEYS and "toy_eval_batches" in config.RUNTIME_KEYS
+    assert "toy_examples" not in config.MODEL_KEYS and "toy_examples" not in config.RUNTIME_KEYS
+    assert {o.name for o in TOY_COUNT.options} <= schema_keys()  # the schema test covers its keys
+    md = config_reference_markdown()
+    assert ("| `toy_frames` | int | `3` | >= 1 | toy_count | frames per synthetic clip; the label is the "
+            "number of bright ones |") in md
+    cfg = parse_args("toy_count", ["--num_frm", "3", "--toy_frames", "3"])
+    assert cfg.num_labels == 4 and cfg.task_type == "toy_count" and cfg.learning_rate == 5e-5
+    with pytest.raises(config.ConfigError, match="num_frm=1 must equal toy_frames=3"):
+        parse_args("toy_count", ["--num_frm", "1"])
+
+
+def test_the_model_gets_the_task_head(toy_registered):
+    """Its task_type is unknown to make_head: a model without the task's head could not be built (no
+    silent video_qa defaults)."""
+    cfg = parse_args("toy_count", toy_argv("/tmp/unused", toy_frames=2, num_frm=2))
+    model = ToyCountTask().build_model(cfg)
+    assert type(model.head).__name__ == "QAHead" and model.head.num_outputs == 3
+    assert model.transformer.classifier[2].out_features == 3
+    with pytest.raises(ValueError, match="task_type='toy_count' is not supported"):
+        from src.modeling.build import build_model
+        build_model(cfg)
+
+
+def test_toy_task_trains_resumes_and_infers_through_the_generated_keys(toy_registered, tmp_path, capsys):
+    out = tmp_path / "run"
+    torch.manual_seed(0)
+    assert main(ToyCountTask, argv=toy_argv(out)) == 0
+    valid = read_metrics(str(out / "log" / "metrics.jsonl"), "valid")
+    assert [r["step"] for r in valid] == [2, 4] and all(0 <= r["acc"] <= 100 for r in valid)
+    assert (out / "ckpt" / "model_step_4.pt").is_file() and (out / "ckpt" / "model_best.pt").is_file()
+    stored = json.loads((out / "log" / "args.json").read_text())
+    # a runtime option may change between the runs of a directory; a model option may not
+    assert main(ToyCountTask, argv=toy_argv(out, toy_eval_batches=2)) == 0
+    assert setting_differences(stored, {**stored, "toy_eval_batches": 2}) == {}
+    capsys.readouterr()
+    assert main(ToyCountTask, argv=toy_argv(out, toy_frames=2, num_frm=2)) == 1
+    err = capsys.readouterr().err
+    assert "holds a run with other settings" in err and "toy_frames 3 -> 2" in err and "toy_eval" not in err
+    # inference takes the model-defining option from the trained run, keeps the runtime one as given
+    cfg = parse_args("toy_count", ["--do_inference", "1", "--toy_eval_batches", "3"])
+    apply_stored_model_config(cfg, {**stored, "toy_frames": 5})
+    assert cfg.toy_frames == 5 and cfg.toy_eval_batches == 3 and cfg.num_labels == 4
+
+
+def test_every_builtin_task_is_one_object():
+    """Each runnable task's class declares its name and config spec, the spec names the class, and its
+    entry point runs ``main(TheClass)``."""
+    names = registry.runnable_tasks()
+    assert names[:5] == ["retrieval", "msrvtt_mc", "video_qa", "vqa", "pretrain"]
+    for name in names:
+        cls = registry.get_task(name)
+        assert cls.name == name and cls.config is task_spec(name), name
+        assert task_spec(name).entry == f"{cls.__module__}:{cls.__qualname__}"
+        source = inspect.getsource(inspect.getmodule(cls))
+        assert re.search(rf"sys\.exit\(main\({cls.__qualname__}\)\)", source), name
+        assert "build_model" in vars(cls) or "build_head" in vars(cls), f"{name}: no build_head"
+
+
+def test_register_refuses_a_class_without_name_or_matching_spec():
+    class NoName(ToyCountTask):
+        name = ""
+    with pytest.raises(config.ConfigError, match="NoName: set name"):
+        registry.register(NoName)
+    with pytest.raises(config.ConfigError, match="unknown task 'nope'"):
+        registry.get_task("nope")
+    with pytest.raises(config.ConfigError, match="task 'shared' has options but no task class"):
+        registry.get_task("shared")
+
+
+RECIPE = REPO / "docs" / "adding_a_task.md"
+
+
+def test_recipe_cites_only_what_exists():
+    """docs/adding_a_task.md: every existing file it cites is there, its names are in those files, and
+    the task it says to copy can train (its class has a dataset builder)."""
+    text = RECIPE.read_text()
+    cited = set(re.findall(r"`((?:src|tests)/[\w/]+\.py)`", text))
+    new = {"src/config/options_captioning.py", "src/tasks/run_captioning.py",
+           "src/datasets/build_captioning.py"}  # the example's files, to be written by the reader
+    missing = sorted(p for p in cited - new if not (REPO / p).is_file())
+    assert not missing, f"the recipe cites files that do not exist: {missing}"
+    assert not any((REPO / p).exists() for p in new), "the recipe's example files must stay hypothetical"
+    common = "src/tasks/common.py"
+    for name, where in [("BUILTIN_TASKS", "src/config/tasks.py"), ("ClipBertTask", common),
+                        ("def build_head", common), ("def val_data", common),
+                        ("def prepare_inference", common), ("def write_inference_outputs", common),
+                        ("entry", "src/config/task_spec.py"),
+                        ("def register", "src/tasks/registry.py"), ("def get_task", "src/tasks/registry.py"),
+                        ("def all_gather_list", "src/utils/distributed.py")]:
+        assert name in (REPO / where).read_text(), (name, where)
+    copy = re.search(r"Copy \*\*`(src/tasks/\w+\.py)`\*\* \(`(\w+)`\)", text)
+    assert copy, "the recipe names the task to copy as **`src/tasks/x.py`** (`Class`)"
+    cls = next(c for c in map(registry.get_task, registry.runnable_tasks()) if c.__qualname__ == copy[2])
+    assert inspect.getsourcefile(cls) == str(REPO / copy[1])
+    data = inspect.getsource(cls.build_train_data)
+    assert "raise" not in data and "return build_" in data, "the task to copy must train"
+    assert "python -m src.config" in text and (REPO / "src" / "config" / "__main__.py").is_file()
