@@ -250,7 +250,7 @@ def _safeguard_max_pts(container, duration):
 
 
 def _decode_fast(container, info, plans, num_frames, target_fps):
-    """plans: [(clip_idx, start_pts, end_pts)] -> one uint8 (T, H, W, 3) array per clip, or None
+    """plans: [(clip_idx, start_pts, end_pts)] -> per clip a list of uint8 (H, W, 3) frames, or None
     where the fast path could not serve the clip (the caller runs the reference for it)."""
     try:
         segments, windows = scan_windows(container, [(s, e) for _, s, e in plans])
@@ -268,7 +268,7 @@ def _decode_fast(container, info, plans, num_frames, target_fps):
             got[n] = decode_segment(cc, seg, wanted, lambda f: f.to_ndarray(format="rgb24"))
     except Exception:
         pass  # corrupt stream: the reference path decides what happened
-    return [np.stack([got[s][p] for p in ps]) if ps and all(p in got[s] for p in ps) else None
+    return [[got[s][p] for p in ps] if ps and all(p in got[s] for p in ps) else None
             for s, ps in picks]
 
 
@@ -292,15 +292,15 @@ def _decode_planned_clips(container, info, calls, num_frames, target_fps):
                 raise VideoDecodeError("no_frames", f"no frames decoded in pts window "
                                                     f"[{start_pts}, {end_pts}]")
             idx = pick_in_window(len(frames), plans[k][0], num_frames, target_fps, info.fps)
-            clips[k] = np.stack([frames[i].to_ndarray(format="rgb24") for i in idx])
+            clips[k] = [frames[i].to_ndarray(format="rgb24") for i in idx]
     return clips
 
 
-def _as_tchw(arrays):
-    """Concatenate (T, H, W, 3) arrays into one buffer and return it as a (N, 3, H, W) view: the
-    channel-first copy costs more than the RGB conversion at 720p and most consumers (resize,
-    float conversion) read any stride."""
-    return torch.from_numpy(np.concatenate(arrays) if len(arrays) > 1 else arrays[0]).permute(0, 3, 1, 2)
+def _as_tchw(clips):
+    """Copy the clips' (H, W, 3) frames once into one (N, H, W, 3) buffer and return it as a
+    (N, 3, H, W) view: a channel-first copy costs more than the RGB conversion itself at 720p, and
+    the consumers (resize, float conversion, collate) read any stride."""
+    return torch.from_numpy(np.stack([f for clip in clips for f in clip])).permute(0, 3, 1, 2)
 
 
 def decode_clips(video_bytes, num_frames, target_fps, n_clips=1, mode="strategy",
@@ -355,4 +355,4 @@ def decode_all_frames(video_bytes):
         container.close()
     if not frames:
         raise VideoDecodeError("no_frames", "video decoded to 0 frames")
-    return _as_tchw([np.stack(frames)])
+    return _as_tchw([frames])

@@ -33,27 +33,54 @@ class Segment:
         self.sorted_pts, self.last_dts, self.eof = [], None, False
         self.max_gop = 0  # largest pts distance between consecutive keyframes seen
 
-    def _read_one(self):
+    def _next_packet(self):
+        """The next non-empty packet (None at the end), checked for what the window scan relies on."""
         for packet in self._packets_iter:
             if packet.size == 0:
                 continue
-            pts, dts = packet.pts, packet.dts
-            if pts is None or dts is None or pts < dts:
-                raise UnsafeStream(f"packet pts={pts} dts={dts}")
-            i = bisect.bisect_left(self.sorted_pts, pts)
-            if i < len(self.sorted_pts) and self.sorted_pts[i] == pts:
-                raise UnsafeStream(f"duplicate pts {pts}")
-            self.sorted_pts.insert(i, pts)
-            if packet.is_keyframe:
-                if self.key_pos:
-                    self.max_gop = max(self.max_gop, pts - self.pts[self.key_pos[-1]])
-                self.key_pos.append(len(self.packets))
-            self.packets.append(packet)
-            self.pts.append(pts)
-            self.last_dts = dts
-            return pts
+            if packet.pts is None or packet.dts is None or packet.pts < packet.dts:
+                raise UnsafeStream(f"packet pts={packet.pts} dts={packet.dts}")
+            return packet
         self.eof = True
         return None
+
+    def _append(self, packet):
+        pts = packet.pts
+        i = bisect.bisect_left(self.sorted_pts, pts)
+        if i < len(self.sorted_pts) and self.sorted_pts[i] == pts:
+            raise UnsafeStream(f"duplicate pts {pts}")
+        self.sorted_pts.insert(i, pts)
+        if packet.is_keyframe:
+            if self.key_pos:
+                self.max_gop = max(self.max_gop, pts - self.pts[self.key_pos[-1]])
+            self.key_pos.append(len(self.packets))
+        self.packets.append(packet)
+        self.pts.append(pts)
+        self.last_dts = packet.dts
+
+    def _read_one(self):
+        packet = self._next_packet()
+        if packet is not None:
+            self._append(packet)
+        return None if packet is None else packet.pts
+
+    def adopt(self, other):
+        """If `other` (just sought) starts at one of this segment's keyframes, continue this segment
+        from `other`'s demuxer (skipping the packets it already holds) instead of keeping two segments
+        that would decode the same GOP twice. Returns whether it did."""
+        packet = other._next_packet()
+        keys = {self.pts[k] for k in self.key_pos}
+        if packet is None or not packet.is_keyframe or packet.pts not in keys:
+            if packet is not None:
+                other._append(packet)
+            return False
+        i = self.pts.index(packet.pts)
+        for expected in self.pts[i + 1:]:
+            packet = other._next_packet()
+            if packet is None or packet.pts != expected:
+                raise UnsafeStream("demuxing again from a keyframe gave other packets")
+        self._packets_iter, self.eof = other._packets_iter, other.eof
+        return True
 
     def window(self, start_pts, end_pts):
         """ClipBERT's decoded window: sorted pts in [start, end] plus the first pts past end."""
@@ -69,7 +96,8 @@ class Segment:
 
     def reaches(self, start_pts):
         """Whether continuing to demux this segment is no more work than seeking for start_pts."""
-        return self.last_dts is not None and start_pts - SEEK_MARGIN <= self.last_dts + self.max_gop
+        return self.eof or (self.last_dts is not None
+                            and start_pts - SEEK_MARGIN <= self.last_dts + self.max_gop)
 
 
 def scan_windows(container, windows):
@@ -82,7 +110,9 @@ def scan_windows(container, windows):
     for k in sorted(range(len(windows)), key=lambda k: windows[k][0]):
         start_pts, end_pts = windows[k]
         if not segments or not segments[-1].reaches(start_pts):
-            segments.append(Segment(container, max(start_pts - SEEK_MARGIN, 0)))
+            seg = Segment(container, max(start_pts - SEEK_MARGIN, 0))
+            if not segments or not segments[-1].adopt(seg):
+                segments.append(seg)
         out[k] = (len(segments) - 1, segments[-1].window(start_pts, end_pts))
     return segments, out
 
