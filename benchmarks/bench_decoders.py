@@ -292,6 +292,7 @@ def main(argv=None):
                 continue
             for req, cell in reqs.items():
                 res[video][req][peer] = cell
+    print(f"ours: {dec.__file__}")
     print(f"fps={FPS} num_frm={NUM_FRM}; ms per request, best of {a.rounds}, one thread; "
           f"frames: sha1 vs decode-all")
     for key in ("cpu_ms", "wall_ms"):

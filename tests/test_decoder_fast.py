@@ -88,6 +88,23 @@ def test_window_scan_reads_only_around_the_clip():
     assert len(segments[0].packets) < 130  # from the keyframe at 420 to a few packets past 481
 
 
+def test_windows_in_one_gop_share_one_segment(h264):
+    """A seek that lands on a keyframe already demuxed continues the segment: no GOP decoded twice."""
+    data, _ = h264
+    c = open_container(data)
+    per_frame = c.streams.video[0].duration // N_FRAMES
+    windows = [(f * per_frame, (f + 5) * per_frame) for f in (0, 60, 120, 180)]
+    segments, out = scan_windows(c, windows)
+    c.close()
+    c = open_container(data)
+    n_keys = sum(p.is_keyframe for p in c.demux(video=0) if p.size)
+    c.close()
+    # GOP 250: all four windows start in the first GOP; GOP 30: each in its own, 60 frames apart
+    assert [s for s, _ in out] == ([0, 0, 0, 0] if n_keys == 2 else [0, 1, 2, 3])
+    assert [len(w) for _, w in out] == [7, 7, 7, 7]
+    assert sum(len(s.packets) for s in segments) <= N_FRAMES  # no packet demuxed twice into segments
+
+
 def test_tail_max_pts_is_the_stream_max(h264):
     data, _ = h264
     c = open_container(data)
