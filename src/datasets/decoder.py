@@ -10,12 +10,14 @@ contract lives in `src.datasets.dataset_base.extract_frames_from_video_binary`.
 
 Two implementations of the same selection:
 - `decode_clip` (reference, used by the legacy function): ClipBERT's algorithm step by step.
-- `decode_clips(..., fast=True)` (datasets): reads the packet timestamps first (demux, no decoding),
-  so it knows ClipBERT's decoded window and the picked frames in advance; it then decodes only the
-  picked frames and the reference frames they depend on (non-reference frames are skipped with
-  `skip_frame=NONREF`, decoding stops at the last picked frame, clips of one video share one
-  forward pass, seeking only over gaps between GOPs). Tests assert it returns the reference's
-  frames bit for bit; any clip it cannot serve falls back to the reference.
+- `decode_clips(..., fast=True)` (datasets): plans every clip window first (same random draws),
+  demuxes only around the windows (packet_window.py: from ClipBERT's seek point until no later
+  packet can still fall in the window) to know ClipBERT's decoded window and the picked frames, then
+  decodes only those frames and the reference frames they depend on, from the packets in memory
+  (non-reference frames skipped with `skip_frame=NONREF`, no second seek, nearby clips sharing one
+  segment), and copies the RGB frames once into the (N, H, W, 3) buffer it returns as an
+  (N, 3, H, W) view. Tests assert it returns the reference's frames, and decode-everything's, bit
+  for bit; any clip it cannot serve falls back to the reference.
 
 Fixes over ClipBERT (documented, only where ClipBERT failed): a container whose stream reports
 `frames == 0` is decoded in full (decode-all path) instead of failing with ZeroDivisionError;
