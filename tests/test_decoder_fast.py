@@ -118,3 +118,22 @@ def test_output_is_a_channel_first_view_with_the_same_values(h264):
     assert clips.shape == (4, 3, 64, 64) and clips.stride()[1] == 1  # (N, H, W, 3) buffer underneath
     assert torch.equal(clips.contiguous(), clips)
     assert torch.equal(everything.contiguous(), everything)
+
+
+def test_mp4_opened_without_probing_reads_the_same_stream(h264):
+    """ftyp files are opened with FFmpeg's mov demuxer directly (the probe's choice): same metadata."""
+    import io
+
+    import av
+
+    from src.datasets.decoder import stream_info
+    from tests.test_decoder import _m4v_without_duration
+    data, _ = h264
+    hinted, probed = open_container(data), av.open(io.BytesIO(data))
+    assert hinted.format.name == "mp4" and "mp4" in probed.format.name.split(",")
+    assert stream_info(hinted) == stream_info(probed)
+    assert hinted.streams.video[0].time_base == probed.streams.video[0].time_base
+    hinted.close(), probed.close()
+    m4v = open_container(_m4v_without_duration(5))  # not ISO BMFF: probed as before
+    assert m4v.format.name == "m4v"
+    m4v.close()

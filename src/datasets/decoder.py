@@ -58,6 +58,11 @@ class StreamInfo:
     duration: object  # int (stream time_base units) or None
 
 
+def _is_iso_bmff(buf):
+    """Whether the bytes start with an ISO base media 'ftyp' box (mp4, mov, 3gp): FFmpeg's mov demuxer."""
+    return isinstance(buf, (bytes, bytearray, memoryview)) and bytes(buf[4:8]) == b"ftyp"
+
+
 def open_container(video_bytes, multi_thread_decode=False):
     """Open bytes (or a file-like object) with PyAV; raise VideoDecodeError('empty'|'open_failed'|...)."""
     if isinstance(video_bytes, (bytes, bytearray, memoryview)):
@@ -68,8 +73,14 @@ def open_container(video_bytes, multi_thread_decode=False):
         stream_io = video_bytes
         if hasattr(stream_io, "getbuffer") and stream_io.getbuffer().nbytes == 0:
             raise VideoDecodeError("empty", "video has 0 bytes")
+    container = None
+    if _is_iso_bmff(video_bytes if not hasattr(stream_io, "getbuffer") else stream_io.getbuffer()):
+        try:  # the demuxer FFmpeg's probe picks for these files anyway; skipping the probe saves ~0.5 ms
+            container = av.open(stream_io, format="mp4", metadata_errors="ignore")
+        except Exception:
+            stream_io.seek(0)
     try:
-        container = av.open(stream_io, metadata_errors="ignore")
+        container = container or av.open(stream_io, metadata_errors="ignore")
     except Exception as e:  # PyAV raises many FFmpeg error types (InvalidDataError, EOFError, ...)
         raise VideoDecodeError("open_failed", f"cannot open video container: {type(e).__name__}: {e}") from e
     if not container.streams.video:
