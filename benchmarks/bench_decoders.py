@@ -8,8 +8,10 @@ printed too). Every decoder's frames are hashed and compared with decoding every
 
 - ours:      src.datasets.decoder.decode_clips (the datasets' path), opening the bytes each time
 - clipbert:  the same call with fast=False: ClipBERT's algorithm (seek, decode the window, pick)
-- limit:     only the decodes any decoder must do: from the keyframe before each requested frame up
-             to it (packets demuxed beforehand, outside the timing), plus RGB conversion of those frames
+- limit:     the issue's limit: decode from the keyframe before each requested frame up to it
+             (packets demuxed beforehand, outside the timing), plus RGB conversion of those frames
+- limit_nonref: the same without the non-reference frames that are not requested (skip_frame=NONREF),
+             which no decoder has to decode either: the stricter lower bound
 - decodeall: decode every frame, convert the requested ones
 - peers (torchcodec 0.13 exact/approximate seek mode, decord 0.6, OpenCV seeking): run in a
   subprocess of a throw-away environment, made by --install-peers (a venv under
@@ -157,10 +159,11 @@ class Limit:
         self.keys = [i for i, p in enumerate(self.packets) if p.is_keyframe]
         self.pts = pts
 
-    def __call__(self, idx):
+    def __call__(self, idx, skip_nonref=False):
         cc = self.container.streams.video[0].codec_context
         want = {self.pts[i] for i in idx}
         got, fed = {}, None
+        skip = {True: "DEFAULT", False: "NONREF" if skip_nonref else "DEFAULT"}
         for t in sorted(self.pos[p] for p in want):
             key = max(k for k in self.keys if k <= t)
             if fed is None or key > fed:
@@ -168,9 +171,12 @@ class Limit:
                 fed = key - 1
             while self.packets[t].pts not in got and fed < len(self.packets):
                 fed += 1  # past the last packet: drain the decoder
-                for frame in cc.decode(self.packets[fed] if fed < len(self.packets) else None):
+                packet = self.packets[fed] if fed < len(self.packets) else None
+                cc.skip_frame = skip[packet is None or packet.pts in want]
+                for frame in cc.decode(packet):
                     if frame.pts in want and frame.pts not in got:
                         got[frame.pts] = frame.to_ndarray(format="rgb24")
+        cc.skip_frame = "DEFAULT"
         return np.stack([got[self.pts[i]] for i in idx])
 
 
@@ -217,7 +223,9 @@ def bench_ours(name, path, rounds, seed):
         job["requests"][req] = idx
         fns = {"ours": functools.partial(ours, data, req, seed),
                "clipbert": functools.partial(ours, data, req, seed, fast=False),
-               "limit": functools.partial(limit, idx), "decodeall": functools.partial(decode_all, data, idx)}
+               "limit": functools.partial(limit, idx),
+               "limit_nonref": functools.partial(limit, idx, skip_nonref=True),
+               "decodeall": functools.partial(decode_all, data, idx)}
         rows[req] = {}
         for dname, fn in fns.items():
             cpu, wall, frames = measure(fn, rounds)
@@ -231,7 +239,7 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
-COLUMNS = ["ours", "limit", "clipbert", *PEERS, "decodeall"]
+COLUMNS = ["ours", "limit", "limit_nonref", "clipbert", *PEERS, "decodeall"]
 
 
 def frame_check(cells):
@@ -242,13 +250,14 @@ def frame_check(cells):
 
 
 def print_table(res, key):
-    print(f"| video | request | {' | '.join(COLUMNS)} | ours/limit | frames |")
-    print("|---|---|" + "---|" * (len(COLUMNS) + 2))
+    print(f"| video | request | {' | '.join(COLUMNS)} | ours/limit | ours/limit_nonref | frames |")
+    print("|---|---|" + "---|" * (len(COLUMNS) + 3))
     for video, reqs in res.items():
         for req, cells in reqs.items():
             ms = [f"{cells[d][key]:.1f}" if key in cells.get(d, {}) else "-" for d in COLUMNS]
-            ratio = cells["ours"][key] / cells["limit"][key]
-            print(f"| {video} | {req} | {' | '.join(ms)} | {ratio:.2f} | {frame_check(cells)} |")
+            ratios = [f"{cells['ours'][key] / cells[d][key]:.2f}" if d in cells else "-"
+                      for d in ("limit", "limit_nonref")]
+            print(f"| {video} | {req} | {' | '.join(ms + ratios)} | {frame_check(cells)} |")
 
 
 def print_summary(res, key):
@@ -265,6 +274,18 @@ def print_summary(res, key):
         print(f"| {d} | {' | '.join(f'{v:.2f}' for v in vals)} |")
 
 
+def print_versus_baseline(res, baseline_path, key="cpu_ms"):
+    """Per request kind: geometric mean of the baseline run's ours / this run's ours (another version)."""
+    with open(baseline_path) as f:
+        base = json.load(f)
+    kinds = ["all", *REQUESTS]
+    pairs = [(r, base[v][r]["ours"][key] / c["ours"][key]) for v, reqs in res.items() if v in base
+             for r, c in reqs.items()]
+    print(f"\nours in {baseline_path} / ours now ({key}, geometric mean; > 1 means now is faster)")
+    print(f"| {' | '.join(kinds)} |\n|" + "---|" * len(kinds))
+    print("| " + " | ".join(f"{geomean([x for r, x in pairs if k in ('all', r)]):.2f}" for k in kinds) + " |")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=2)
@@ -273,6 +294,7 @@ def main(argv=None):
     p.add_argument("--install-peers", action="store_true", help=f"make the peer environment {PEER_ENV}")
     p.add_argument("--peers", nargs="*", default=PEERS, choices=PEERS)
     p.add_argument("--json", help="also write the raw results here")
+    p.add_argument("--baseline-json", help="a --json of another version: also print its ours / ours now")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     if a.install_peers:
@@ -299,6 +321,8 @@ def main(argv=None):
         print(f"\n{key}:")
         print_table(res, key)
         print_summary(res, key)
+    if a.baseline_json:
+        print_versus_baseline(res, a.baseline_json)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
