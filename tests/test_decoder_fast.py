@@ -137,3 +137,40 @@ def test_mp4_opened_without_probing_reads_the_same_stream(h264):
     m4v = open_container(_m4v_without_duration(5))  # not ISO BMFF: probed as before
     assert m4v.format.name == "m4v"
     m4v.close()
+
+
+def test_truncated_media_data_is_a_decode_error_or_a_prefix(h264, tmp_path):
+    """A file cut inside its media data: the fast path never leaks a raw FFmpeg error; what it returns
+    equals the reference's frames."""
+    from src.datasets.decoder import VideoDecodeError
+    data = _faststart(h264[0], str(tmp_path / "fs.mp4"))  # index first: the cut keeps the header
+    cut = data[: len(data) * 2 // 3]
+    assert open_container(cut).streams.video[0].frames == N_FRAMES
+    n_ok = 0
+    for kw in REQUESTS[:3]:
+        random.seed(1)
+        try:
+            fast = decode_clips(cut, **kw[0])
+        except VideoDecodeError as e:
+            assert e.reason in ("decode_failed", "no_frames", "open_failed"), e.reason
+            continue
+        random.seed(1)
+        assert torch.equal(fast, decode_clips(cut, fast=False, **kw[0]))
+        n_ok += 1
+    assert n_ok >= 1  # the clips in the part that is still there decode
+
+
+def _faststart(data, path):
+    import io
+
+    import av
+    src = av.open(io.BytesIO(data))
+    with av.open(path, "w", format="mp4", options={"movflags": "faststart"}) as dst:
+        out = dst.add_stream_from_template(src.streams.video[0])
+        for packet in src.demux(video=0):
+            if packet.size:
+                packet.stream = out
+                dst.mux(packet)
+    src.close()
+    with open(path, "rb") as f:
+        return f.read()

@@ -32,7 +32,7 @@ import av
 import numpy as np
 import torch
 
-from src.datasets.packet_window import SEEK_MARGIN, UnsafeStream, decode_segment, scan_windows, tail_max_pts
+from src.datasets.packet_window import SEEK_MARGIN, decode_segment, scan_windows, tail_max_pts
 
 SAMPLING_STRATEGIES = ("rand", "uniform", "start", "middle", "end")
 _THREE_CLIPS = ("start", "middle", "end")
@@ -267,7 +267,7 @@ def _decode_fast(container, info, plans, num_frames, target_fps):
     where the fast path could not serve the clip (the caller runs the reference for it)."""
     try:
         segments, windows = scan_windows(container, [(s, e) for _, s, e in plans])
-    except UnsafeStream:
+    except Exception:  # UnsafeStream, or a corrupt stream: the reference path reports what happened
         return [None] * len(plans)
     picks = []
     for (clip_idx, _, _), (seg, window) in zip(plans, windows):
