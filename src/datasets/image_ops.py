@@ -104,5 +104,5 @@ def to_input_format(img, img_input_format):
 
 def resize_and_pad(frames, max_img_size):
     """uint8/float (T, 3, H, W) -> float (T, 3, max, max): ClipBERT's per-video pipeline steps 3-5."""
-    x = ImageResize(max_img_size, "bilinear")(frames.float())
+    x = ImageResize(max_img_size, "bilinear")(frames.to(torch.float32, memory_format=torch.contiguous_format))
     return ImagePad(max_img_size, max_img_size)(x)

@@ -35,8 +35,10 @@ import numpy as np
 from src.preprocessing.demo_vocab import COLORS, COMBOS, MOTION_OPTIONS, MOTIONS, SHAPES, caption_for
 
 
-def encode_mp4(frames, fps=10, codec="libx264", size=None, gop=None, crf=20, preset="veryfast"):
-    """Encode an iterable of uint8 (H, W, 3) RGB frames into mp4 bytes with PyAV."""
+def encode_mp4(frames, fps=10, codec="libx264", size=None, gop=None, crf=20, preset="veryfast",
+               x264_params=""):
+    """Encode an iterable of uint8 (H, W, 3) RGB frames into mp4 bytes with PyAV (`x264_params`:
+    extra libx264 options such as "scenecut=0" for a fixed keyframe interval)."""
     frames = iter(frames)
     first = next(frames)
     h, w = first.shape[:2] if size is None else (size[1], size[0])
@@ -49,7 +51,8 @@ def encode_mp4(frames, fps=10, codec="libx264", size=None, gop=None, crf=20, pre
             # and x264's C code paths: with its SIMD (asm) paths 1-4 of the 1,980 demo clips came out
             # differently from run to run even single-threaded (measured with this PyAV's x264).
             # The demo clips are tiny, so both cost little.
-            stream.options = {"crf": str(crf), "preset": preset, "threads": "1", "x264-params": "asm=0"}
+            params = ":".join(filter(None, ["asm=0", x264_params]))
+            stream.options = {"crf": str(crf), "preset": preset, "threads": "1", "x264-params": params}
         else:
             stream.bit_rate = 4_000_000
         if gop:

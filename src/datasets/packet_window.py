@@ -1,0 +1,162 @@
+"""Demux only around the requested clip windows, then decode only the picked frames from memory.
+
+Why: ClipBERT picks its frames by index into the decoded window (every frame with pts in
+[start, end] plus the first one past end), so a fast decoder must know the window's timestamps
+before it decodes. Reading every packet of the file for that (a full index) costs more than
+decoding the few picked frames of a long video. Here each window is demuxed from the same seek
+point ClipBERT's decoder uses, only until no later packet can still belong to the window (packets
+come in decode order with non-decreasing dts and pts >= dts, so once dts reaches the first pts past
+the end, the window is complete). The packets stay in memory, so the picked frames are then decoded
+without a second seek: from the last keyframe before each, skipping the non-reference frames that
+are not wanted (`skip_frame=NONREF`), stopping at the last wanted frame.
+
+Anything unusual (a packet without pts/dts, pts < dts, duplicate pts, a frame that does not come
+out) makes the caller fall back to ClipBERT's reference decode for that clip; see decoder.py.
+"""
+import bisect
+
+SEEK_MARGIN = 1024  # pts margin before the window start (ClipBERT/SlowFast)
+
+
+class UnsafeStream(Exception):
+    """The packets break an assumption the window scan relies on; use the reference path."""
+
+
+class Segment:
+    """Packets of the video stream in decode order, demuxed from one seek point and kept in memory."""
+
+    def __init__(self, container, seek_pts):
+        stream = container.streams.video[0]
+        container.seek(seek_pts, any_frame=False, backward=True, stream=stream)
+        self._packets_iter = container.demux(stream)
+        self.packets, self.pts, self.key_pos = [], [], []
+        self.sorted_pts, self.last_dts, self.eof = [], None, False
+        self.max_gop = 0  # largest pts distance between consecutive keyframes seen
+
+    def _next_packet(self):
+        """The next non-empty packet (None at the end), checked for what the window scan relies on."""
+        for packet in self._packets_iter:
+            if packet.size == 0:
+                continue
+            if packet.pts is None or packet.dts is None or packet.pts < packet.dts:
+                raise UnsafeStream(f"packet pts={packet.pts} dts={packet.dts}")
+            return packet
+        self.eof = True
+        return None
+
+    def _append(self, packet):
+        pts = packet.pts
+        i = bisect.bisect_left(self.sorted_pts, pts)
+        if i < len(self.sorted_pts) and self.sorted_pts[i] == pts:
+            raise UnsafeStream(f"duplicate pts {pts}")
+        self.sorted_pts.insert(i, pts)
+        if packet.is_keyframe:
+            if self.key_pos:
+                self.max_gop = max(self.max_gop, pts - self.pts[self.key_pos[-1]])
+            self.key_pos.append(len(self.packets))
+        self.packets.append(packet)
+        self.pts.append(pts)
+        self.last_dts = packet.dts
+
+    def _read_one(self):
+        packet = self._next_packet()
+        if packet is not None:
+            self._append(packet)
+        return None if packet is None else packet.pts
+
+    def adopt(self, other):
+        """If `other` (just sought) starts at one of this segment's keyframes, continue this segment
+        from `other`'s demuxer (skipping the packets it already holds) instead of keeping two segments
+        that would decode the same GOP twice. Returns whether it did."""
+        packet = other._next_packet()
+        keys = {self.pts[k] for k in self.key_pos}
+        if packet is None or not packet.is_keyframe or packet.pts not in keys:
+            if packet is not None:
+                other._append(packet)
+            return False
+        i = self.pts.index(packet.pts)
+        for expected in self.pts[i + 1:]:
+            packet = other._next_packet()
+            if packet is None or packet.pts != expected:
+                raise UnsafeStream("demuxing again from a keyframe gave other packets")
+        self._packets_iter, self.eof = other._packets_iter, other.eof
+        return True
+
+    def window(self, start_pts, end_pts):
+        """ClipBERT's decoded window: sorted pts in [start, end] plus the first pts past end."""
+        j = bisect.bisect_right(self.sorted_pts, end_pts)
+        past_end = self.sorted_pts[j] if j < len(self.sorted_pts) else None
+        while not self.eof and (past_end is None or self.last_dts < past_end):
+            pts = self._read_one()
+            if pts is not None and pts > end_pts and (past_end is None or pts < past_end):
+                past_end = pts
+        i = bisect.bisect_left(self.sorted_pts, start_pts)
+        j = bisect.bisect_right(self.sorted_pts, end_pts)
+        return self.sorted_pts[i:min(j + 1, len(self.sorted_pts))]
+
+    def reaches(self, start_pts):
+        """Whether continuing to demux this segment is no more work than seeking for start_pts."""
+        return self.eof or (self.last_dts is not None
+                            and start_pts - SEEK_MARGIN <= self.last_dts + self.max_gop)
+
+
+def scan_windows(container, windows):
+    """windows: [(start_pts, end_pts)] -> ([Segment], [(segment number, window pts list)] per window).
+
+    Windows are served in start order; a window close enough to the previous one continues its
+    segment instead of seeking (the packets it sees are then a superset of the reference's, the same
+    ones for any stream whose frames after a keyframe in decode order are not shown before it)."""
+    segments, out = [], [None] * len(windows)
+    for k in sorted(range(len(windows)), key=lambda k: windows[k][0]):
+        start_pts, end_pts = windows[k]
+        if not segments or not segments[-1].reaches(start_pts):
+            seg = Segment(container, max(start_pts - SEEK_MARGIN, 0))
+            if not segments or not segments[-1].adopt(seg):
+                segments.append(seg)
+        out[k] = (len(segments) - 1, segments[-1].window(start_pts, end_pts))
+    return segments, out
+
+
+def _set_skip(cc, state, value):
+    if state[0] != value:
+        cc.skip_frame = value
+        state[0] = value
+
+
+def decode_segment(cc, seg, wanted, convert):
+    """Decode the frames of `seg` whose pts are in `wanted` -> {pts: convert(frame)} (missing ones
+    did not come out). Each wanted frame is decoded from the last keyframe before it in decode order."""
+    pos = {p: i for i, p in enumerate(seg.pts)}
+    targets = sorted(pos[p] for p in set(wanted) if p in pos)
+    need, got = {seg.pts[t] for t in targets}, {}
+    can_skip = "FRAME" not in str(cc.thread_type)
+    skip, fed, drained = [None], None, False
+    try:
+        for t in targets:
+            k = bisect.bisect_right(seg.key_pos, t) - 1
+            if k < 0:
+                break  # no keyframe before this frame in the segment
+            if fed is None or seg.key_pos[k] > fed or drained:  # jump ahead in memory, no seek
+                cc.flush_buffers()
+                fed, drained = seg.key_pos[k] - 1, False
+            while seg.pts[t] not in got and not drained:
+                fed += 1
+                packet = seg.packets[fed] if fed < len(seg.packets) else None
+                if packet is not None and can_skip:
+                    _set_skip(cc, skip, "DEFAULT" if packet.pts in need else "NONREF")
+                drained = packet is None
+                for frame in cc.decode(packet):
+                    if frame.pts in need and frame.pts not in got:
+                        got[frame.pts] = convert(frame)
+    finally:
+        if can_skip:
+            cc.skip_frame = "DEFAULT"
+    return got
+
+
+def tail_max_pts(container):
+    """Largest packet pts from the last keyframe to the end (a lower bound of the stream's max pts)."""
+    stream = container.streams.video[0]
+    target = (stream.start_time or 0) + (stream.duration or 0)
+    container.seek(target, any_frame=False, backward=True, stream=stream)
+    return max((p.pts for p in container.demux(stream) if p.pts is not None), default=0)
