@@ -185,7 +185,8 @@ class Validation(Hook):
                     ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         if trainer.is_main:
             MetricsLog(trainer.log_dir).append("valid", trainer.global_step, trainer.epoch, metrics)
-        state = trainer.model_state_dict() if trainer.is_main else None
+        # zero_stage with amp O2: every rank takes part in gathering the fp32 masters
+        state = trainer.model_state_dict() if trainer.is_main or trainer.sharding.stage else None
         finite = hvd.broadcast_object(trainer.weights_finite(state) if trainer.is_main else None, root_rank=0)
         if not finite:  # never a "checkpoint" or "best": inference on it would only mislead
             logger.warning("validation at step %d: the weights are not finite (nan/inf); model_step_%d.pt "

@@ -45,7 +45,7 @@ RUNTIME_KEYS = frozenset({
     "inference_n_clips", "val_batch_size", "eval_retrieval_batch_size", "skip_bad_videos",
     "keep_last_k", "keep_top_k", "path_prefix", "cpu_sched_batch", "elastic_commit_steps",
     "row_sparse_allreduce", "profile_steps", "wandb_project", "wandb_entity", "wandb_run_name", "wandb_tags",
-    "wandb_mode",
+    "wandb_mode", "zero_stage",
 })
 # ClipBERT's derived keys that args.json carries next to the settings
 DERIVED_KEYS = frozenset({"num_train_steps", "valid_steps", "save_steps", "n_gpu"})
