@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -30,8 +31,9 @@ TRAIN = WORKERS / "engine_train.py"
 
 # ------------------------------------------------------------------------------------------- units
 def test_partition_is_balanced_largest_first_and_deterministic():
-    # 10 -> rank 0; 8 -> rank 1; then the 3s: rank 1 (8 < 10), rank 0 (10 < 11); 1 -> rank 0 (13 = 13, lower)
-    assert partition([3, 10, 3, 8, 1], 2) == [1, 0, 0, 1, 0]
+    # 10 -> rank 0; 8 -> rank 1; then the 3s: rank 1 (8 < 10), rank 0 (10 < 11); 1 -> rank 1 (11 < 13)
+    assert partition([3, 10, 3, 8, 1], 2) == [1, 0, 0, 1, 1]
+    assert partition([2, 2, 2, 2], 2) == [0, 1, 0, 1]  # ties: the earlier parameter, the lower rank
     assert partition([3, 10, 3, 8, 1], 2) == partition([3, 10, 3, 8, 1], 2)
     assert partition([5, 5, 5], 1) == [0, 0, 0]
     assert partition([4], 3) == [0]  # more ranks than parameters: the others own nothing
@@ -161,6 +163,23 @@ KILL_OPTS = dict(train_batch_size=2, gradient_accumulation_steps=2, num_train_ep
 KILL_T = 18  # ceil(3 * 48 / (2 ranks * 2 * 2))
 
 
+def _descendants(pid):
+    """Every process below ``pid`` (torchrun starts its workers in their own process groups)."""
+    children = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = open(stat).read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
 @pytest.mark.multiprocess
 def test_kill9_under_zero_stage_2_resumes_to_the_unsharded_weights(tmp_path):
     """amp O2 + zero_stage 2 under torchrun -np 2, the whole job killed by SIGKILL mid-run and rerun:
@@ -170,17 +189,19 @@ def test_kill9_under_zero_stage_2_resumes_to_the_unsharded_weights(tmp_path):
     mp_utils.check(mp_utils.run_torchrun([TRAIN, u, json.dumps({**KILL_OPTS, "zero_stage": 0}), task],
                                          timeout=180))
     args = [TRAIN, r, json.dumps({**KILL_OPTS, "zero_stage": 2}), task]
-    cmd = ["python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(mp_utils.free_port())] + [str(a) for a in args]
-    proc = subprocess.Popen([str(mp_utils.BIN / cmd[0])] + cmd[1:], cwd=str(mp_utils.REPO), env=mp_utils._env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+           "127.0.0.1", "--master_port", str(mp_utils.free_port())] + [str(a) for a in args]
+    proc = subprocess.Popen(cmd, cwd=str(mp_utils.REPO), env=mp_utils._env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     restore = r / "ckpt" / "restore.pt"
     deadline = time.time() + 120
     while not restore.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.01)
     time.sleep(0.3)  # a few more steps, so the kill lands between (or during) restore saves
-    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks
+    for pid in [proc.pid] + _descendants(proc.pid):  # the launcher and both ranks (own process groups)
+        os.kill(pid, signal.SIGKILL)
     proc.wait(timeout=10)
+    time.sleep(0.5)
     assert not (r / "ckpt" / f"model_step_{KILL_T}.pt").exists(), "killed too late"
     killed_at = torch.load(restore if restore.exists() else r / "ckpt" / "restore_backup.pt",
                            weights_only=False)["global_step"]
@@ -240,9 +261,11 @@ def test_horovodrun_refuses_zero_stage_naming_the_torch_backend(tmp_path):
     res = mp_utils.run_horovod([WORKERS / "toy_main.py", tmp_path / "run",
                                 json.dumps({"zero_stage": 1, "dist_backend": "horovod"})], np=2, timeout=120)
     assert res.returncode != 0
-    lines = {ln.split("error: ", 1)[1] for ln in (res.stdout + res.stderr).splitlines() if "error: zero" in ln}
-    assert lines == {"zero_stage=1 needs the torch.distributed backend: launch with torchrun --nproc_per_node N "
-                     "and --dist_backend torch (real Horovod's DistributedOptimizer allreduces every gradient "
-                     "in its own hooks and keeps no optimizer shard), or use --zero_stage 0 under horovodrun"}
+    lines = {ln.split("error: ", 1)[1] for ln in (res.stdout + res.stderr).splitlines()
+             if "error: ConfigError: zero" in ln}
+    assert lines == {"ConfigError: zero_stage=1 needs the torch.distributed backend: launch with torchrun "
+                     "--nproc_per_node N and --dist_backend torch (real Horovod's DistributedOptimizer "
+                     "allreduces every gradient in its own hooks and keeps no optimizer shard), or use "
+                     "--zero_stage 0 under horovodrun"}
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "run" / "ckpt" / "restore.pt").exists()

@@ -31,9 +31,9 @@ import torch
 
 import src.compat.hvd as hvd
 from src.compat.hvd import Compression
+from src.config.schema import ConfigError
 from src.optimization.param_groups import build_optimizer, embedding_tables
 from src.optimization.sharding import ShardLayout, merge_state_dicts, shard_param_groups, shard_state_dict
-from src.utils.errors import UserError
 
 
 class Unsharded:
@@ -137,7 +137,7 @@ def _broadcast_flat(params: list[torch.Tensor], owner: int, rank: int) -> None:
 def check_backend(stage: int, world: int) -> None:
     """Sharding needs the torch.distributed backend when there are several ranks."""
     if stage and world > 1 and hvd.backend_name() != "torch":
-        raise UserError(f"zero_stage={stage} needs the torch.distributed backend: launch with torchrun "
+        raise ConfigError(f"zero_stage={stage} needs the torch.distributed backend: launch with torchrun "
                         f"--nproc_per_node N and --dist_backend torch (real Horovod's DistributedOptimizer "
                         f"allreduces every gradient in its own hooks and keeps no optimizer shard), or use "
                         f"--zero_stage 0 under horovodrun")
