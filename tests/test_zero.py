@@ -267,5 +267,5 @@ def test_horovodrun_refuses_zero_stage_naming_the_torch_backend(tmp_path):
                      "--nproc_per_node N and --dist_backend torch (real Horovod's DistributedOptimizer "
                      "allreduces every gradient in its own hooks and keeps no optimizer shard), or use "
                      "--zero_stage 0 under horovodrun"}
-    assert "Traceback" not in res.stderr
+    assert "<stderr>:Traceback" not in res.stderr  # no rank's traceback (horovodrun prints its own)
     assert not (tmp_path / "run" / "ckpt" / "restore.pt").exists()
