@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from src.config.schema import ConfigError
 from src.optimization.param_groups import build_optimizer
 from src.optimization.sharding import (
     ShardLayout,
@@ -21,6 +22,7 @@ from src.optimization.sharding import (
     shard_param_groups,
     shard_state_dict,
 )
+from src.training import zero
 from tests import mp_utils
 from tests.conftest import requires_horovod
 from tests.toy_task import ToyModel, toy_cfg
@@ -96,6 +98,26 @@ def test_a_state_dict_of_another_model_is_refused_in_one_line(tmp_path):
     full["param_groups"][0]["params"] = full["param_groups"][0]["params"][:-1]
     with pytest.raises(ValueError, match=r"param groups of \[.*\] parameters.*restore file is from another"):
         shard_state_dict(full, ShardLayout.of(opt.param_groups, 2, 0))
+
+
+def test_horovod_elastic_is_refused_even_while_alone(monkeypatch):
+    """An elastic Horovod job may grow from one worker to several: zero_stage is refused from the start."""
+    monkeypatch.setattr(zero.hvd, "backend_name", lambda: "horovod")
+    zero.check_backend(1, 1)  # one plain process: nothing to shard, allowed
+    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
+    with pytest.raises(ConfigError, match=r"^zero_stage=1 needs the torch.distributed backend: launch with "
+                                          r"torchrun --nproc_per_node N and --dist_backend torch"):
+        zero.check_backend(1, 1)
+    zero.check_backend(0, 4)  # stage 0: any backend
+
+
+def test_foreign_grads_are_dropped_and_own_grads_kept(tmp_path):
+    model, opt = _stepped_optimizer(tmp_path)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    layout = ShardLayout.of(opt.param_groups, 2, 0)
+    zero.ZeroSharding(1, layout, params, world=2).drop_foreign_grads()
+    assert [p.grad is not None for p in params] == [o == 0 for o in layout.owners]
+    assert 0 < sum(o == 0 for o in layout.owners) < len(params)
 
 
 # ------------------------------------------------------------------------------------ torchrun -np 2

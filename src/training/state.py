@@ -156,6 +156,7 @@ class TrainerState:
         self.put_weights(snap["model"])
         self._apply_counters(copy.deepcopy(snap))
         self.optimizer.zero_grad()
+        self.sharding.drop_foreign_grads()  # zero_stage: what zero_grad of this rank's shard leaves
 
     def sync_from_rank0(self) -> dict:
         """Every rank takes rank 0's weights, optimizer state and counters. Collective. Returns the

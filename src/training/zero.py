@@ -34,6 +34,7 @@ from src.compat.hvd import Compression
 from src.config.schema import ConfigError
 from src.optimization.param_groups import build_optimizer, embedding_tables
 from src.optimization.sharding import ShardLayout, merge_state_dicts, shard_param_groups, shard_state_dict
+from src.training.elastic import horovod_elastic
 
 
 class Unsharded:
@@ -50,6 +51,9 @@ class Unsharded:
 
     def after_step(self) -> None:
         """Nothing: every rank stepped every parameter."""
+
+    def drop_foreign_grads(self) -> None:
+        """Nothing: ``optimizer.zero_grad()`` reaches every parameter."""
 
     def full_state_dict(self, optimizer) -> dict:
         return optimizer.state_dict()
@@ -99,6 +103,11 @@ class ZeroSharding(Unsharded):
                 mine = [self.params[i] for i in self.layout.owned(owner)]
                 for dtype in sorted({p.dtype for p in mine}, key=str):
                     _broadcast_flat([p for p in mine if p.dtype == dtype], owner, self.layout.rank)
+        self.drop_foreign_grads()
+
+    def drop_foreign_grads(self) -> None:
+        """Gradients of parameters this rank does not own, which ``optimizer.zero_grad()`` (the shard's
+        parameters only) would leave to add into the next step (stage 1 holds them after the allreduce)."""
         for p in self.not_owned:
             p.grad = None
 
@@ -135,8 +144,8 @@ def _broadcast_flat(params: list[torch.Tensor], owner: int, rank: int) -> None:
 
 
 def check_backend(stage: int, world: int) -> None:
-    """Sharding needs the torch.distributed backend when there are several ranks."""
-    if stage and world > 1 and hvd.backend_name() != "torch":
+    """Sharding needs the torch.distributed backend when there are (or, elastic, may be) several ranks."""
+    if stage and (world > 1 or horovod_elastic()) and hvd.backend_name() != "torch":
         raise ConfigError(f"zero_stage={stage} needs the torch.distributed backend: launch with torchrun "
                         f"--nproc_per_node N and --dist_backend torch (real Horovod's DistributedOptimizer "
                         f"allreduces every gradient in its own hooks and keeps no optimizer shard), or use "
