@@ -100,13 +100,18 @@ def test_a_state_dict_of_another_model_is_refused_in_one_line(tmp_path):
         shard_state_dict(full, ShardLayout.of(opt.param_groups, 2, 0))
 
 
-def test_horovod_elastic_is_refused_even_while_alone(monkeypatch):
-    """An elastic Horovod job may grow from one worker to several: zero_stage is refused from the start."""
+def test_horovod_backend_refuses_stage_2_and_elastic(monkeypatch):
+    """Stage 2 needs a reduce onto one rank; Horovod elastic may grow from one worker to several (the
+    owners would change): both refused from the start, naming what to use instead."""
     monkeypatch.setattr(zero.hvd, "backend_name", lambda: "horovod")
-    zero.check_backend(1, 1)  # one plain process: nothing to shard, allowed
-    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
-    with pytest.raises(ConfigError, match=r"^zero_stage=1 needs the torch.distributed backend: launch with "
+    zero.check_backend(1, 2)  # stage 1 rides on Horovod's own allreduce/broadcast
+    zero.check_backend(2, 1)  # one plain process: nothing to shard
+    with pytest.raises(ConfigError, match=r"^zero_stage=2 needs the torch.distributed backend: launch with "
                                           r"torchrun --nproc_per_node N and --dist_backend torch"):
+        zero.check_backend(2, 2)
+    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
+    with pytest.raises(ConfigError, match=r"^zero_stage=1 does not work under Horovod elastic .* use "
+                                          r"--zero_stage 0, or torchrun --max-restarts"):
         zero.check_backend(1, 1)
     zero.check_backend(0, 4)  # stage 0: any backend
 
@@ -279,15 +284,27 @@ def test_restore_file_moves_between_world_sizes_and_stages(tmp_path):
 
 @requires_horovod
 @pytest.mark.multiprocess
-def test_horovodrun_refuses_zero_stage_naming_the_torch_backend(tmp_path):
+def test_horovodrun_stage_1_matches_unsharded_and_stage_2_is_refused(tmp_path):
+    """Real Horovod's allreduce, broadcast and allgather carry stage 1 (amp O2 here, bit-equal to stage
+    0); its optimizer hooks allreduce every gradient, so stage 2 stops with one line naming torchrun."""
+    opts = {"dist_backend": "horovod", "gradient_accumulation_steps": 2, "grad_norm": 0.5,
+            "num_train_epochs": 4, "fp16": 1}
+    res = mp_utils.check(mp_utils.run_horovod([WORKERS / "zero_train.py", tmp_path, json.dumps(opts), "01"],
+                                              np=2, timeout=180))
+    out = json.loads(res.stdout.strip().splitlines()[-1].split("<stdout>:", 1)[1])
+    assert out["world"] == 2 and sum(out["stages"]["1"]["masters"]) == 12
+    assert max(out["stages"]["1"]["state_bytes"]) <= 0.6 * out["stages"]["0"]["state_bytes"][0]
+    assert_same_tensors(final_weights(tmp_path / "z0")[1], final_weights(tmp_path / "z1")[1], "final weights")
+    assert_same_restore(tmp_path / "z0", tmp_path / "z1")
+
     res = mp_utils.run_horovod([WORKERS / "toy_main.py", tmp_path / "run",
-                                json.dumps({"zero_stage": 1, "dist_backend": "horovod"})], np=2, timeout=120)
+                                json.dumps({"zero_stage": 2, "dist_backend": "horovod"})], np=2, timeout=120)
     assert res.returncode != 0
     lines = {ln.split("error: ", 1)[1] for ln in (res.stdout + res.stderr).splitlines()
              if "error: ConfigError: zero" in ln}
-    assert lines == {"ConfigError: zero_stage=1 needs the torch.distributed backend: launch with torchrun "
+    assert lines == {"ConfigError: zero_stage=2 needs the torch.distributed backend: launch with torchrun "
                      "--nproc_per_node N and --dist_backend torch (real Horovod's DistributedOptimizer "
-                     "allreduces every gradient in its own hooks and keeps no optimizer shard), or use "
-                     "--zero_stage 0 under horovodrun"}
+                     "allreduces every gradient in its own hooks, it cannot sum one onto its owner), or use "
+                     "--zero_stage 1 under horovodrun"}
     assert "<stderr>:Traceback" not in res.stderr  # no rank's traceback (horovodrun prints its own)
     assert not (tmp_path / "run" / "ckpt" / "restore.pt").exists()

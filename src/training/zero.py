@@ -1,5 +1,6 @@
 """``--zero_stage 1|2``: optimizer state sharded over ranks (ZeRO, FairScale's ShardedDDP, Lightning's
-``deepspeed_stage_2``), under the torch.distributed backend, with the step's numbers unchanged.
+``deepspeed_stage_2``), with the step's numbers unchanged. Stage 1 runs on both backends; stage 2 needs
+the torch.distributed one (:func:`check_backend`).
 
 Each trainable parameter has one owner rank (``src.optimization.sharding.partition``, balanced by
 size). A rank's optimizer holds only its own parameters, so the Adam moments and, under amp O2, the
@@ -144,12 +145,21 @@ def _broadcast_flat(params: list[torch.Tensor], owner: int, rank: int) -> None:
 
 
 def check_backend(stage: int, world: int) -> None:
-    """Sharding needs the torch.distributed backend when there are (or, elastic, may be) several ranks."""
-    if stage and (world > 1 or horovod_elastic()) and hvd.backend_name() != "torch":
-        raise ConfigError(f"zero_stage={stage} needs the torch.distributed backend: launch with torchrun "
-                        f"--nproc_per_node N and --dist_backend torch (real Horovod's DistributedOptimizer "
-                        f"allreduces every gradient in its own hooks and keeps no optimizer shard), or use "
-                        f"--zero_stage 0 under horovodrun")
+    """Under real Horovod: stage 1 works (its allreduce, broadcast and allgather are all it needs);
+    stage 2 does not (Horovod's optimizer hooks allreduce every gradient, there is no reduce onto one
+    rank), nor does any stage under Horovod elastic (the owners would change with the workers)."""
+    if not stage or hvd.backend_name() == "torch":
+        return
+    if horovod_elastic():
+        raise ConfigError(f"zero_stage={stage} does not work under Horovod elastic (the parameters' "
+                          f"owners would change with the workers); use --zero_stage 0, or torchrun "
+                          f"--max-restarts with --dist_backend torch (restarts reshard from the restore "
+                          f"file)")
+    if stage == 2 and world > 1:
+        raise ConfigError("zero_stage=2 needs the torch.distributed backend: launch with torchrun "
+                          "--nproc_per_node N and --dist_backend torch (real Horovod's DistributedOptimizer "
+                          "allreduces every gradient in its own hooks, it cannot sum one onto its owner), "
+                          "or use --zero_stage 1 under horovodrun")
 
 
 def build_distributed_optimizer(model: torch.nn.Module, cfg, accumulation_steps: int):

@@ -1,5 +1,6 @@
-"""Train the toy task with ``zero_stage`` 0, 1 and 2 in turn (under torchrun): ``zero_train.py BASE
-JSON_OVERRIDES``. Outputs go to BASE/z0, BASE/z1, BASE/z2; rank 0 prints one JSON line
+"""Train the toy task with ``zero_stage`` 0, 1 and 2 in turn (under torchrun; ``dist_backend`` torch
+unless the overrides say otherwise): ``zero_train.py BASE JSON_OVERRIDES [STAGES, default 012]``.
+Outputs go to BASE/z0, BASE/z1, BASE/z2; rank 0 prints one JSON line
 ``{"stages": {"0": {"state_bytes": [per rank], "owned": [per rank], "masters": [per rank],
 "skipped": [per rank]}, ...}, "world": N}``.
 """
@@ -32,11 +33,11 @@ class Measure(Hook):
                     "skipped": trainer.precision.skipped_steps() - self.skipped_before}
 
 
-base, overrides = sys.argv[1], json.loads(sys.argv[2])
+base, overrides = sys.argv[1], {"dist_backend": "torch", **json.loads(sys.argv[2])}
 stages = {}
-for z in (0, 1, 2):
+for z in (int(c) for c in (sys.argv[3] if len(sys.argv) > 3 else "012")):
     m = Measure()
-    cfg = toy_cfg(os.path.join(base, f"z{z}"), zero_stage=z, dist_backend="torch", **overrides)
+    cfg = toy_cfg(os.path.join(base, f"z{z}"), zero_stage=z, **overrides)
     Trainer(cfg, ToyTask(n_train=32), hooks=[m]).train()
     per_rank = hvd.allgather_object(m.out)
     stages[str(z)] = {k: [r[k] for r in per_rank] for k in ("state_bytes", "owned", "masters")}
