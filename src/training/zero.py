@@ -48,6 +48,7 @@ class Unsharded:
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> float:
+        """torch's ``clip_grad_norm_`` on the master params; returns the norm before clipping."""
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
 
     def after_step(self) -> None:
@@ -57,12 +58,15 @@ class Unsharded:
         """Nothing: ``optimizer.zero_grad()`` reaches every parameter."""
 
     def full_state_dict(self, optimizer) -> dict:
+        """The optimizer state dict in the unsharded layout (what the restore file holds)."""
         return optimizer.state_dict()
 
     def load_full_state_dict(self, optimizer, state: dict) -> None:
+        """Load an unsharded-layout optimizer state dict (a restore file's)."""
         optimizer.load_state_dict(state)
 
     def full_masters(self, masters: dict | None) -> dict | None:
+        """amp O2's fp32 masters of every parameter by name (None without masters)."""
         return masters
 
 
