@@ -220,7 +220,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     """Mixed into a dynamic subclass of the user's optimizer class (as Horovod does)."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, row_sparse=()):
+                 gradient_predivide_factor, row_sparse=(), reduce_to=None):
         super(self.__class__, self).__init__(params)
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
@@ -247,6 +247,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._hook_handles = []
         self._buckets, self._bucket_of, self._delay = [], {}, {}
+        # ZeRO stage 2 (ours): param -> the one rank its gradient is summed onto; others drop theirs
+        self._owner = dict(reduce_to or {})
+        if self._owner and op != "average":
+            raise ValueError("DistributedOptimizer: reduce_to needs op=average")
         # reduced in synchronize(), over the rows some rank touched (src.compat._row_sparse)
         sparse_ids = {id(q) for q in row_sparse}
         self._row_sparse = [p for p in all_params if p.requires_grad and id(p) in sparse_ids]
@@ -310,25 +314,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _launch(self, i):
         # Buckets are formed at wrap time (before amp may cast some params to fp16): reduce each
         # dtype of the bucket separately, in a fixed order, so fp16 grads travel as fp16.
+        # With reduce_to, also per owner: a dist.reduce onto it instead of an allreduce.
         by_dtype = {}
         for p in self._buckets[i]:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            by_dtype.setdefault(p.grad.dtype, []).append(p)
+            by_dtype.setdefault((str(p.grad.dtype), self._owner.get(p, -1)), []).append(p)
         works = []
-        for dtype in sorted(by_dtype, key=str):
-            params = by_dtype[dtype]
+        for key in sorted(by_dtype):
+            params, owner = by_dtype[key], key[1]
             flat = torch.cat([p.grad.detach().reshape(-1) for p in params])
             if self._predivide != 1.0:
                 flat.div_(self._predivide)
             comp, ctx = self._compression.compress(flat)
             comp = _comm(comp)
-            works.append((dist.all_reduce(comp, op=dist.ReduceOp.SUM, async_op=True), comp, ctx, params))
+            work = (dist.all_reduce(comp, op=dist.ReduceOp.SUM, async_op=True) if owner < 0 else
+                    dist.reduce(comp, dst=owner, op=dist.ReduceOp.SUM, async_op=True))
+            works.append((work, comp, ctx, params, owner))
         self._pending[i] = works
 
     def _finish(self, i):
-        for work, comp, ctx, params in self._pending.pop(i):
+        for work, comp, ctx, params, owner in self._pending.pop(i):
             work.wait()
+            if owner >= 0 and owner != _S["rank"]:  # reduced onto its owner: this rank drops it
+                for p in params:
+                    p.grad = None
+                continue
             flat = self._compression.decompress(comp, ctx)
             if self._op == "average":
                 flat = flat * (self._predivide / size())
@@ -359,6 +370,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
                 average_rows(p.grad, allgather, self._average_packed, self._compression)
+                if self._owner.get(p, _S["rank"]) != _S["rank"]:
+                    p.grad = None
             self._reset()
         self._synchronized = True
 
@@ -401,11 +414,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op="average", gradient_predivide_factor=1.0,
-                         row_sparse=(), **kwargs):
+                         row_sparse=(), reduce_to=None, **kwargs):
     unknown = set(kwargs) - {"sparse_as_dense", "groups", "num_groups", "process_set"}
     if unknown:
         raise TypeError(f"DistributedOptimizer got unexpected argument(s) {sorted(unknown)}")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression or Compression.none,
-               backward_passes_per_step, op, gradient_predivide_factor, row_sparse)
+               backward_passes_per_step, op, gradient_predivide_factor, row_sparse, reduce_to)

@@ -282,12 +282,21 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          compression: Compressor = Compression.none, backward_passes_per_step: int = 1,
                          op: str = Average, gradient_predivide_factor: float = 1.0,
                          row_sparse: Iterable[torch.Tensor] = (),
+                         reduce_to: Mapping[torch.Tensor, int] | None = None,
                          **kwargs: Any) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so gradients are averaged over ranks (see the module docstring).
 
     ``row_sparse`` (ours, not Horovod's): parameters, typically embedding tables, whose gradients are
     averaged in ``synchronize()`` over only the rows some rank touched (exact; src.compat._row_sparse).
+    ``reduce_to`` (ours; torch backend only): parameter -> rank; each such gradient is averaged onto
+    that rank alone (``dist.reduce``) and set to None on the others after ``synchronize()`` (ZeRO
+    stage 2, ``src.training.zero``). Real Horovod has no reduce-to-one-rank in its optimizer hooks.
     """
+    if reduce_to is not None:
+        if backend_name() != "torch":
+            raise ValueError("DistributedOptimizer(reduce_to=...) needs the torch.distributed backend: "
+                             "launch with torchrun and dist_backend=torch")
+        kwargs["reduce_to"] = reduce_to
     if backward_passes_per_step <= 0:
         raise ValueError(f"backward_passes_per_step must be > 0, got {backward_passes_per_step}")
     return _impl().DistributedOptimizer(

@@ -84,6 +84,10 @@ SHARED_OPTIONS = [
     # product additions
     O("dist_backend", str, "auto", "hvd backend: real Horovod or torch.distributed",
       choices=("auto", "horovod", "torch"), group="product", runtime=True),
+    O("zero_stage", int, 0, "optimizer state sharded over ranks (ZeRO): 0 off; 1 each rank keeps the Adam "
+      "moments (and amp O2's fp32 masters) of its share of the parameters, about 1/N of them; 2 also sums "
+      "each gradient onto its owner only (torchrun + dist_backend torch); same weights as 0",
+      choices=(0, 1, 2), group="product", runtime=True),
     O("cnn_type", str, None, "visual backbone (unset: the model config's cnn_type, else resnet50)",
       choices=("tiny", "resnet50"), group="product", model=True),
     O("cnn_weights_path", str, None, "CNN (grid-feat ResNet) weights", group="product"),

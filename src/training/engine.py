@@ -12,7 +12,8 @@ there is one, parameter and optimizer-state broadcast, then the precision's ``pr
 forward, ``loss / k`` and backward inside the precision's ``scale_loss`` (``delay_unscale`` on all but
 the last), with ``zero_none_grad`` + ``optimizer.synchronize()`` (the step's single allreduce) inside
 the last one; then the loss statistics of all ranks, the LR schedules by group role, gradient clipping
-on the master params, the step in ``skip_synchronize()``, ``zero_grad``. It returns a
+on the master params, the step in ``skip_synchronize()`` (``zero_stage`` 1/2: each rank steps the
+parameters it owns and broadcasts them, ``src.training.zero``), ``zero_grad``. It returns a
 :class:`StepResult`. Everything periodic (logging, validation, checkpoints) is a hook
 (``src.training.hooks``); fp32 / bf16 / amp O2 differ only inside ``src.training.precision``.
 
@@ -40,7 +41,7 @@ import torch
 
 import src.compat.hvd as hvd
 from src.config.options import profile_range
-from src.optimization.param_groups import build_optimizer, embedding_tables, set_lr
+from src.optimization.param_groups import set_lr
 from src.optimization.sched import get_lr_sched
 from src.training import batch_size_finder
 from src.training.checkpoint import TrainingRestorer, atomic_write_text, load_model_weights, model_step_path
@@ -71,6 +72,7 @@ from src.training.run_state import RunState
 from src.training.state import TrainerState
 from src.training.task import Task
 from src.training.wandb_logger import WandbLogger
+from src.training.zero import Unsharded, build_distributed_optimizer
 from src.utils.device import memory_mb, reset_peak_memory, training_device
 from src.utils.errors import RunDirError, UserError
 from src.utils.loader_workers import loader_settings
@@ -97,6 +99,7 @@ class Trainer(TrainerState):
         self._started = False
         self.model = self.optimizer = self.plan = None
         self.precision: FullPrecision | None = None
+        self.sharding = Unsharded()  # zero_stage (src.training.zero)
         self.tb, self._log_handler, self.run_dir = NoOp(), None, None
         self.signals = StopSignals()
 
@@ -203,12 +206,9 @@ class Trainer(TrainerState):
         dataset, collate_fn = self.task.build_train_data(cfg)
         self.plan = RunPlan.build(cfg, len(dataset), self.world)
         self.state.best["metric"] = cfg.best_metric or self.task.main_metric
-        compression = hvd.Compression.fp16 if cfg.grad_compression == "fp16" else hvd.Compression.none
-        tables = embedding_tables(model) if cfg.row_sparse_allreduce else ()
-        optimizer = hvd.DistributedOptimizer(build_optimizer(model, cfg), compression=compression,
-                                             named_parameters=model.named_parameters(),
-                                             backward_passes_per_step=self.plan.gradient_accumulation_steps,
-                                             row_sparse=tables)
+        # zero_stage 1/2: this rank's optimizer holds only the parameters it owns (src.training.zero)
+        optimizer, self.sharding = build_distributed_optimizer(model, cfg,
+                                                               self.plan.gradient_accumulation_steps)
         state = self.restorer.load()
         if state is not None:
             load_model_weights(model, state["model"], self.restorer.loaded_from,
@@ -216,7 +216,7 @@ class Trainer(TrainerState):
         if not self.elastic:  # elastic: every rank takes rank 0's state in the first sync instead
             check_same_restore_state(state, cfg.output_dir)
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+            self.sharding.broadcast_state(optimizer)
         self.precision = build_precision(cfg, self.device)
         self.model, self.optimizer = self.precision.prepare(model, optimizer)
         # after prepare (which may cast them): the parameters the per-step code touches
@@ -316,6 +316,7 @@ class Trainer(TrainerState):
         grad_norm = self._clip_grad_norm()
         with opt.skip_synchronize():
             opt.step()
+        self.sharding.after_step()  # zero_stage: owners broadcast the parameters they stepped
         opt.zero_grad()
         skipped_total = precision.skipped_steps()
         return StepResult(step=self.global_step, loss=loss, n_nonfinite=n_bad, grad_norm=grad_norm,
@@ -383,7 +384,7 @@ class Trainer(TrainerState):
         if self.cfg.grad_norm == -1:
             return None
         params = self.precision.master_params(self.optimizer)
-        return float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_norm))
+        return self.sharding.clip_grad_norm(params, self.cfg.grad_norm)  # bit-equal for every zero_stage
 
     # ---------------------------------------------------------------------------------- the loop
     @property

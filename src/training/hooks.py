@@ -158,7 +158,8 @@ class Evaluation(Hook):
         logger.info("validation at step %d: %s", step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         if trainer.is_main:
             MetricsLog(trainer.log_dir).append("valid", step, trainer.epoch, metrics)
-        weights = trainer.model_state_dict() if trainer.is_main else None
+        # zero_stage with amp O2: every rank takes part in gathering the fp32 masters
+        weights = trainer.model_state_dict() if trainer.is_main or trainer.sharding.stage else None
         finite = hvd.broadcast_object(trainer.weights_finite(weights) if trainer.is_main else None, 0)
         if not finite:  # never a "checkpoint" or "best": inference on it would only mislead
             logger.warning("validation at step %d: the weights are not finite (nan/inf); model_step_%d.pt "

@@ -4,7 +4,8 @@
 state serves three uses:
 
 * ``ckpt/restore.pt`` (:meth:`save_restore` / :meth:`_load_restore_state`): exact resume after a crash
-  or ``kill -9``, bit-exact when the number of processes and the batch size are unchanged;
+  or ``kill -9``, bit-exact when the number of processes and the batch size are unchanged; under
+  ``zero_stage`` 1/2 it holds the gathered, unsharded optimizer state (``src.training.zero``);
 * Horovod elastic commits (:meth:`snapshot` / :meth:`load_snapshot`, ``src.training.elastic``): the
   same state held in host memory, restored when a worker fails;
 * the elastic sync (:meth:`sync_from_rank0`): rank 0's state broadcast to every process after the set
@@ -41,6 +42,7 @@ class TrainerState:
     precision: object  # src.training.precision
     plan: RunPlan
     restorer: object  # src.training.checkpoint.TrainingRestorer
+    sharding: object  # src.training.zero: Unsharded, or the zero_stage 1/2 optimizer sharding
     running_loss: object  # src.utils.logger.RunningMeter
     rank: int
     world: int
@@ -57,7 +59,15 @@ class TrainerState:
         return all_finite(state) and all_finite(running)
 
     def model_state_dict(self) -> dict:
-        """fp32 CPU copy of the model's weights (the fp32 masters under amp O2)."""
+        """fp32 CPU copy of the model's weights (the fp32 masters under amp O2). Collective under
+        ``zero_stage`` 1/2 with amp O2: the masters are gathered from their owners (src.training.zero)."""
+        masters = self.sharding.full_masters(self.precision.masters_by_name(self.optimizer))
+        return fp32_state_dict(self.model, masters_by_name=masters)
+
+    def _local_weights(self) -> dict:
+        """:meth:`model_state_dict` from this rank alone (not collective): under ``zero_stage`` with amp
+        O2 the parameters it does not own are their fp16 values, which is all :meth:`put_weights` of
+        this same process needs."""
         return fp32_state_dict(self.model, masters_by_name=self.precision.masters_by_name(self.optimizer))
 
     def put_weights(self, weights: dict) -> None:
@@ -100,11 +110,11 @@ class TrainerState:
 
     def _restore_state(self) -> dict:
         rngs = hvd.allgather_object(get_rng_states())
-        return {**self.counters(), "model": self.model_state_dict(), "optimizer": self.optimizer.state_dict(),
-                "rng": rngs}
+        return {**self.counters(), "model": self.model_state_dict(),
+                "optimizer": self.sharding.full_state_dict(self.optimizer), "rng": rngs}
 
     def _load_restore_state(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.sharding.load_full_state_dict(self.optimizer, state["optimizer"])  # this rank's shard
         self.precision.restore_weights(self.model, self.optimizer, state["model"])
         if "examples_in_epoch" not in state:  # written before the position was global: batches per rank
             state = {**state, "examples_in_epoch": state["batches_in_epoch"] * state["train_batch_size"]
@@ -151,7 +161,7 @@ class TrainerState:
     # ------------------------------------------------------------------------------- elastic
     def snapshot(self) -> dict:
         """This process's state in host memory (an elastic commit). Not collective."""
-        return {**copy.deepcopy(self.counters()), "model": self.model_state_dict(),
+        return {**copy.deepcopy(self.counters()), "model": self._local_weights(),
                 "optimizer": copy.deepcopy(self.optimizer.state_dict())}
 
     def load_snapshot(self, snap: dict) -> None:
@@ -162,6 +172,7 @@ class TrainerState:
         self._apply_counters(copy.deepcopy(snap))
         self._saved_restore = None  # the steps after the commit are redone: their restore file too
         self.optimizer.zero_grad()
+        self.sharding.drop_foreign_grads()  # zero_stage: what zero_grad of this rank's shard leaves
 
     def sync_from_rank0(self) -> dict:
         """Every rank takes rank 0's weights, optimizer state and counters. Collective. Returns the

@@ -1,0 +1,13 @@
+"""The toy task through the real entry point (``src.tasks.common.main``): ``toy_main.py OUT_DIR
+JSON_OVERRIDES``; exits with its status (one ``error:`` line on a user error)."""
+import json
+import sys
+
+import torch
+
+from src.tasks.common import main
+from tests.toy_task import ToyTask, toy_argv
+
+torch.set_num_threads(1)
+
+sys.exit(main("shared", ToyTask, toy_argv(sys.argv[1], **json.loads(sys.argv[2]))))
