@@ -34,10 +34,20 @@ preemptible() {
   return "$rc"
 }
 
+_descends_from() {  # pid ancestor: is pid in ancestor's process tree (another job on a shared node is not)
+  local p="$1"
+  while [ -n "$p" ] && [ "$p" -gt 1 ]; do
+    [ "$p" = "$2" ] && return 0
+    p="$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f2)" || return 1
+  done
+  return 1
+}
+
 _forward_preemption() {
   local sig="$1" script="$2" pid n=0
   PREEMPTED=1
   for pid in $(pgrep -f -- "$script" || true); do
+    _descends_from "$pid" "$$" || continue  # only this job's processes, never another job's same script
     case "$(cat "/proc/$pid/comm" 2>/dev/null)" in python*) ;; *) continue ;; esac
     tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qE 'horovodrun|torch\.distributed\.run|torchrun' \
       && continue

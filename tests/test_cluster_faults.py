@@ -345,6 +345,9 @@ def test_slurm_warning_signal_is_forwarded_saved_and_requeued(tmp_path, launcher
            f"preemptible {script} {launch} {script} {out}")
     env = mp_utils._env({"PATH": f"{bindir}:{mp_utils._env()['PATH']}", "SLURM_JOB_ID": "4242",
                          "TOY_DIST_BACKEND": "horovod" if launcher == "horovodrun" else "auto"})
+    # another job's process of the same script on this node (a shared node): must not be signalled
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", script],
+                             start_new_session=True)
     p = subprocess.Popen(["bash", "-c", cmd], cwd=REPO, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -356,8 +359,11 @@ def test_slurm_warning_signal_is_forwarded_saved_and_requeued(tmp_path, launcher
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
+        other_alive = other.poll() is None
+        other.kill()
     text = stdout + stderr
     assert p.returncode == 0, text[-3000:]
+    assert other_alive, "SIGUSR1 reached a process outside this job's process tree"
     n = 2 if launcher == "horovodrun" else 1
     assert f"[slurm] SIGUSR1: asked {n} training process(es) of {script}" in text
     assert "[slurm] job 4242 requeued" in text and log.read_text().split() == ["requeue", "4242"]

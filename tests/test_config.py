@@ -271,7 +271,7 @@ FORMER_RUNTIME_KEYS = {
     "inference_n_clips", "val_batch_size", "eval_retrieval_batch_size", "skip_bad_videos",
     "keep_last_k", "keep_top_k", "path_prefix", "cpu_sched_batch", "elastic_commit_steps",
     "row_sparse_allreduce", "profile_steps", "wandb_project", "wandb_entity", "wandb_run_name", "wandb_tags",
-    "wandb_mode"}
+    "wandb_mode", "zero_stage"}  # zero_stage: added with issue 32 (the restore file is unsharded)
 
 
 def test_generated_key_sets_match_the_former_hand_lists():
