@@ -54,6 +54,7 @@ class TrainerView(Protocol):
     log_dir: str
     ckpt_dir: str
     tb: object  # TensorBoard writer (a no-op on ranks other than 0)
+    sharding: object  # src.training.zero: Unsharded or the zero_stage 1/2 sharding (``.stage``)
     hooks: list[Hook]
 
     @property
