@@ -57,9 +57,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``MODEL_KEYS`` / ``RUNTIME_KEYS``: generated on each access from the registered tasks' options."""
-    if name == "MODEL_KEYS":
-        return model_keys()
-    if name == "RUNTIME_KEYS":
-        return runtime_keys()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """``MODEL_KEYS`` / ``RUNTIME_KEYS``: generated on each access (``src.config.stored`` owns them)."""
+    from src.config import stored
+    try:
+        return stored.__getattr__(name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
