@@ -28,7 +28,7 @@ ALLOWED = {
     "optimization": {"compat", "utils", "config"},
     "evaluation": {"compat", "utils", "config"},
     "training": {"compat", "utils", "config", "optimization", "evaluation"},
-    "preprocessing": {"compat", "utils", "config", "datasets", "modeling"},
+    "preprocessing": {"compat", "utils", "config", "datasets", "modeling", "evaluation"},
     "tasks": {"compat", "utils", "config", "datasets", "modeling", "optimization", "evaluation",
               "training"},
 }

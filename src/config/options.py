@@ -10,6 +10,13 @@ from src.config.schema import Option as O
 from src.config.task_spec import TaskSpec
 
 DECAYS = ("linear", "invsqrt", "constant", "multi_step", "cosine")
+"""The LR schedules (``src.optimization.sched.get_lr_sched`` implements them; its ``SCHEDULES``)."""
+FRAME_SAMPLING_STRATEGIES = ("rand", "uniform", "start", "middle", "end")
+"""Which frames of a clip are taken (``src.datasets.decoder`` implements them)."""
+OPEN_ENDED_QA = ("frameqa", "msrvtt_qa")  # answers are labels of ans2label
+MC_QA = ("action", "transition")  # 5 candidate answers per question
+QA_TASKS = OPEN_ENDED_QA + MC_QA
+"""The video QA sub-tasks (option ``task``; ``src.datasets.dataset_video_qa`` reads them)."""
 _UNUSED = "accepted for ClipBERT compatibility but has no effect"
 _PRETRAIN = "a ClipBERT pretraining option; fine-tuning tasks ignore it"
 
@@ -30,7 +37,7 @@ SHARED_OPTIONS = [
     O("fps", int, 1, "frame rate frames are sampled at", min=1),
     O("num_frm", int, 3, "frames per clip", min=1),
     O("frm_sampling_strategy", str, "rand", "which frames of a clip are taken",
-      choices=("rand", "uniform", "start", "middle", "end")),
+      choices=FRAME_SAMPLING_STRATEGIES),
     O("train_n_clips", int, 3, "clips sampled per video in training", min=1),
     O("score_agg_func", str, "mean", "how clip scores are aggregated", choices=("mean", "max", "lse")),
     O("random_sample_clips", int, 1, "1: random clips in training, 0: evenly spaced", choices=(0, 1)),
@@ -180,7 +187,7 @@ RETRIEVAL_OPTIONS = [
 
 VIDEO_QA_OPTIONS = [
     O("task", str, None, "TGIF-QA / MSRVTT-QA task",
-      choices=("action", "transition", "frameqa", "msrvtt_qa"), nullable=False, group="video_qa", model=True),
+      choices=MC_QA + OPEN_ENDED_QA, nullable=False, group="video_qa", model=True),
     O("loss_type", str, "ce", "loss (video QA always uses ce)", choices=("ce",),
       group="video_qa", model=True),
     O("classifier", str, "mlp", "head type", choices=("mlp", "linear"), group="video_qa", model=True),
@@ -281,7 +288,7 @@ def _video_qa_post(cfg: Config, _notices: list) -> None:
                           "action|transition|frameqa|msrvtt_qa")
     cfg.max_n_example_per_group = 1
     cfg.loss_type = "ce"
-    if cfg.task in ("action", "transition"):
+    if cfg.task in MC_QA:
         cfg.num_labels = 5
         cfg.task_type = "qa_mc"
         return

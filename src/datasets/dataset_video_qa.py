@@ -3,15 +3,13 @@ import logging
 
 import torch
 
+from src.config.options import MC_QA, OPEN_ENDED_QA, QA_TASKS  # the option `task`'s choices
 from src.datasets.collate import CollatorBase, stack_visual, tokenize
 from src.datasets.data_utils import flat_list_of_lists
 from src.datasets.dataset_base import VideoDatasetBase
 
 logger = logging.getLogger(__name__)
 
-OPEN_ENDED_QA = ("frameqa", "msrvtt_qa")
-MC_QA = ("action", "transition")
-QA_TASKS = OPEN_ENDED_QA + MC_QA
 N_OPTIONS = 5
 
 

@@ -32,9 +32,9 @@ import av
 import numpy as np
 import torch
 
+from src.config.options import FRAME_SAMPLING_STRATEGIES as SAMPLING_STRATEGIES  # the option's choices
 from src.datasets.packet_window import SEEK_MARGIN, decode_segment, scan_windows, tail_max_pts
 
-SAMPLING_STRATEGIES = ("rand", "uniform", "start", "middle", "end")
 _THREE_CLIPS = ("start", "middle", "end")
 
 

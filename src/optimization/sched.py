@@ -19,7 +19,7 @@ Fixed ClipBERT bugs (documented differences):
 import bisect
 import math
 
-SCHEDULES = ("linear", "invsqrt", "constant", "multi_step", "cosine")
+from src.config.options import DECAYS as SCHEDULES  # the option's choices: one list
 
 
 def warmup_linear(step, warmup_steps, total_steps):

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 DEBUG_STEPS = 3  # --debug 1 stops after this many optimizer steps
+CLIPBERT_DERIVED_KEYS = ("num_train_steps", "valid_steps", "save_steps", "n_gpu")
+"""The derived keys ClipBERT wrote into ``log/args.json`` (:meth:`RunPlan.clipbert_args`)."""
 
 
 def num_train_steps(n_examples: int, epochs: float, world: int, batch_size: int, accum: int) -> int:
@@ -80,5 +82,5 @@ class RunPlan:
 
     def clipbert_args(self) -> dict:
         """The derived keys ClipBERT's ``log/args.json`` carried, under ClipBERT's names."""
-        return {"num_train_steps": self.num_train_steps, "valid_steps": self.valid_steps,
-                "save_steps": self.save_steps, "n_gpu": self.world_size}
+        values = (self.num_train_steps, self.valid_steps, self.save_steps, self.world_size)
+        return dict(zip(CLIPBERT_DERIVED_KEYS, values))

@@ -32,16 +32,16 @@ import time
 
 import src.compat.hvd as hvd
 from src.config.stored import runtime_keys
+from src.training.batch_size_finder import FOUND_KEYS
 from src.training.checkpoint import model_step_path
 from src.training.metrics_log import read_metrics
+from src.training.plan import CLIPBERT_DERIVED_KEYS
 from src.utils.errors import RunDirError
 
 logger = logging.getLogger(__name__)
 
 POLICIES = ("resume", "extend", "restart")
 LOCK_NAME = ".run.lock"
-# ClipBERT's derived keys that args.json carries next to the settings
-DERIVED_KEYS = frozenset({"num_train_steps", "valid_steps", "save_steps", "n_gpu"})
 
 
 def setting_differences(stored: dict, current: dict) -> dict[str, tuple]:
@@ -51,8 +51,8 @@ def setting_differences(stored: dict, current: dict) -> dict[str, tuple]:
     size and accumulation are what the finder chose, kept from the stored run."""
     out = {}
     finder = current.get("find_batch_size", "none") != "none"
-    found = {"train_batch_size", "gradient_accumulation_steps"} if finder else set()
-    for k in sorted(set(stored) & set(current) - runtime_keys() - DERIVED_KEYS - found):
+    found = set(FOUND_KEYS) if finder else set()
+    for k in sorted(set(stored) & set(current) - runtime_keys() - set(CLIPBERT_DERIVED_KEYS) - found):
         if stored[k] != current[k]:
             out[k] = (stored[k], current[k])
     return out

@@ -8,6 +8,7 @@ types ClipBERT reports; "other" otherwise). ClipBERT's answer vocabulary: the 1,
 answer outside it are left out of train.jsonl (ClipBERT's loader raised KeyError on them) and counted;
 val/test rows with such answers stay and count as wrong.
 """
+from src.evaluation.qa import QA_ANSWER_TYPES
 from src.preprocessing.converters.common import (
     answer_vocab,
     check_unique,
@@ -17,7 +18,7 @@ from src.preprocessing.converters.common import (
     text_of,
 )
 
-ANSWER_TYPES = ("what", "who", "how", "where", "when")
+ANSWER_TYPES = QA_ANSWER_TYPES["msrvtt_qa"]  # the question words
 DEFAULT_TOP_K = 1500
 
 

@@ -17,6 +17,7 @@ frequent training answers; training rows with other answers are left out of {tas
 """
 import random
 
+from src.evaluation.qa import QA_ANSWER_TYPES
 from src.preprocessing.converters.common import (
     answer_vocab,
     check_unique,
@@ -27,7 +28,7 @@ from src.preprocessing.converters.common import (
 )
 
 TASKS = ("frameqa", "action", "transition")
-FRAMEQA_TYPES = ("object", "number", "color", "location")
+FRAMEQA_TYPES = QA_ANSWER_TYPES["frameqa"]  # by the csv's type 0..3
 DEFAULT_TOP_K = 1540
 
 
