@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from src.config import README_BEGIN, README_END, config_reference_markdown
+from src.config import REFERENCE_BEGIN, REFERENCE_END, config_reference_markdown
 from src.config import __main__ as config_main
 from src.config.reference import REFERENCE_PATH, update_reference
 
@@ -83,7 +83,7 @@ def test_readme_stays_short_and_links_every_docs_file():
 
 def test_config_reference_is_generated():
     text = REFERENCE_PATH.read_text()
-    section = text.split(README_BEGIN, 1)[1].split(README_END, 1)[0]
+    section = text.split(REFERENCE_BEGIN, 1)[1].split(REFERENCE_END, 1)[0]
     assert section.strip() == config_reference_markdown().strip(), (
         "docs/config_reference.md is stale: run `.venv/bin/python -m src.config --update-docs`")
 
@@ -91,10 +91,11 @@ def test_config_reference_is_generated():
 @pytest.mark.parametrize("argv", [["--update-docs"], ["--update-readme", "README.md"]])
 def test_update_flags_rewrite_the_reference_between_its_markers(tmp_path, monkeypatch, capsys, argv):
     stale = tmp_path / "config_reference.md"
-    stale.write_text(f"# head\n{README_BEGIN}\n| old |\n{README_END}\ntail\n")
+    stale.write_text(f"# head\n{REFERENCE_BEGIN}\n| old |\n{REFERENCE_END}\ntail\n")
     monkeypatch.setattr(config_main, "REFERENCE_PATH", stale)
     config_main.main(argv)
-    assert stale.read_text() == f"# head\n{README_BEGIN}\n{config_reference_markdown()}{README_END}\ntail\n"
+    table = config_reference_markdown()
+    assert stale.read_text() == f"# head\n{REFERENCE_BEGIN}\n{table}{REFERENCE_END}\ntail\n"
     out, err = capsys.readouterr()
     assert out.startswith("updated") and ("moved" in err) == (argv[0] == "--update-readme")
     assert update_reference(stale) is False  # up to date now

@@ -34,24 +34,25 @@ registry, the built-in tasks, the generated key sets), ``options`` (ClipBERT's s
 QA options and post-parse rules), ``options_vqa`` / ``options_pretrain`` (tasks ``vqa``, ``pretrain``),
 ``parse`` (argparse, JSON, ``$CLIPBERT_OVERRIDES``), ``path_roots`` (``--path_prefix``: ClipBERT's /txt,
 /img, /pretrain, /storage mapped to the user's folders), ``stored`` (model keys taken from a trained run
-at inference), ``reference`` (the option table; ``python -m src.config [--update-readme README.md]``).
+at inference), ``reference`` (the option table of docs/config_reference.md;
+``python -m src.config [--update-docs]``).
 """
 from src.config.options import DECAYS, RETRIEVAL_OPTIONS, SHARED_OPTIONS, VIDEO_QA_OPTIONS
 from src.config.options_pretrain import PRETRAIN_OPTIONS
 from src.config.options_vqa import VQA_OPTIONS
 from src.config.parse import OVERRIDES_ENV, build_parser, env_overrides, parse_args, parse_args_or_exit
-from src.config.reference import README_BEGIN, README_END, config_reference_markdown, update_readme
+from src.config.reference import REFERENCE_BEGIN, REFERENCE_END, config_reference_markdown, update_reference
 from src.config.schema import Config, ConfigError, Option, coerce
 from src.config.stored import apply_stored_model_config, model_keys, runtime_keys
 from src.config.task_spec import PostParse, TaskSpec
 from src.config.tasks import documented_tasks, register_task, task_names, task_options, with_defaults
 
 __all__ = [
-    "DECAYS", "MODEL_KEYS", "OVERRIDES_ENV", "README_BEGIN", "README_END", "RETRIEVAL_OPTIONS",
+    "DECAYS", "MODEL_KEYS", "OVERRIDES_ENV", "REFERENCE_BEGIN", "REFERENCE_END", "RETRIEVAL_OPTIONS",
     "RUNTIME_KEYS", "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "VQA_OPTIONS", "PRETRAIN_OPTIONS",
     "Config", "ConfigError", "Option", "PostParse", "TaskSpec", "apply_stored_model_config", "build_parser",
     "coerce", "config_reference_markdown", "documented_tasks", "env_overrides", "model_keys", "parse_args",
-    "parse_args_or_exit", "register_task", "runtime_keys", "task_names", "task_options", "update_readme",
+    "parse_args_or_exit", "register_task", "runtime_keys", "task_names", "task_options", "update_reference",
     "with_defaults",
 ]
 

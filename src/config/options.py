@@ -166,7 +166,9 @@ SHARED_OPTIONS = [
     O("itm_neg_prob", float, 0.5, "", unused=_PRETRAIN, group="pretrain"),
     O("use_itm", bool, False, "", unused=_PRETRAIN, group="pretrain"),
     O("use_mlm", bool, False, "", unused=_PRETRAIN, group="pretrain"),
-    O("pixel_random_sampling_size", int, 0, "", unused=_PRETRAIN, group="pretrain"),
+    O("pixel_random_sampling_size", int, 0, "training (every task): keep this many random visual tokens per "
+      "image, the same positions for the whole batch; 0 keeps all; evaluation always keeps all", min=0,
+      group="pretrain"),
     # JSON-only
     O("train_datasets", list, None, "list of {name, txt, img[, vis_format, ratio]}", json_only=True),
     O("val_datasets", list, None, "list of {name, txt, img[, vis_format, ratio]}", json_only=True),

@@ -1,6 +1,7 @@
 """ClipBERT's image-text pretraining options (``get_pretraining_args``); declared as the task spec
 ``PRETRAIN`` (registered by ``src.config.tasks``). The shared schema accepts the same keys as no-ops for
-configs that carry them; here they act."""
+configs that carry them; here they act. ``pixel_random_sampling_size`` is a shared option: every task's
+training applies it."""
 from src.config.schema import Config, ConfigError
 from src.config.schema import Option as O
 from src.config.task_spec import TaskSpec
@@ -18,8 +19,6 @@ PRETRAIN_OPTIONS = [
     O("mlm_loss_average", str, "masked", "MLM loss: mean over the masked tokens (masked), or ClipBERT's "
       "scale (all_positions: their summed loss over every text position of the batch, so about the masking "
       "rate times smaller next to ITM)", choices=("masked", "all_positions"), group="pretrain"),
-    O("pixel_random_sampling_size", int, 0, "training: keep this many random visual tokens per image "
-      "(the same positions for the batch); 0 keeps all", min=0, group="pretrain"),
 ]
 
 

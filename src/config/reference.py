@@ -52,8 +52,8 @@ def _range_text(o: Option) -> str:
     return ", ".join(parts)
 
 
-README_BEGIN = "<!-- BEGIN CONFIG REFERENCE -->"  # names kept from when the table lived in the README
-README_END = "<!-- END CONFIG REFERENCE -->"
+REFERENCE_BEGIN = "<!-- BEGIN CONFIG REFERENCE -->"  # the generated table sits between these markers
+REFERENCE_END = "<!-- END CONFIG REFERENCE -->"
 REFERENCE_PATH = Path(__file__).resolve().parents[2] / "docs" / "config_reference.md"
 
 
@@ -61,14 +61,12 @@ def update_reference(path: str | Path = REFERENCE_PATH) -> bool:
     """Rewrite the generated config table between the file's markers; True if it changed."""
     path = Path(path)
     text = path.read_text()
-    if README_BEGIN not in text or README_END not in text:
-        raise ValueError(f"{path}: markers {README_BEGIN} / {README_END} not found")
-    head, rest = text.split(README_BEGIN, 1)
-    _, tail = rest.split(README_END, 1)
-    new = f"{head}{README_BEGIN}\n{config_reference_markdown()}{README_END}{tail}"
+    if REFERENCE_BEGIN not in text or REFERENCE_END not in text:
+        raise ValueError(f"{path}: markers {REFERENCE_BEGIN} / {REFERENCE_END} not found")
+    head, rest = text.split(REFERENCE_BEGIN, 1)
+    _, tail = rest.split(REFERENCE_END, 1)
+    new = f"{head}{REFERENCE_BEGIN}\n{config_reference_markdown()}{REFERENCE_END}{tail}"
     if new != text:
         path.write_text(new)
     return new != text
 
-
-update_readme = update_reference  # the old name (src.config exports it)

@@ -42,7 +42,7 @@ class VideoQADataset(VideoDatasetBase):
     """One item = one video with its question(s) (group size 1 for QA, as ClipBERT forces).
 
     Args:
-        task_type: frameqa | msrvtt_qa (open-ended, labels via ans2label) | action | transition (5-way).
+        qa_task: frameqa | msrvtt_qa (open-ended, labels via ans2label) | action | transition (5-way).
         datalist: [(vid_id, [example])] from mk_input_group over mk_qa_examples rows.
         ans2label: {answer: label} (open-ended tasks); an answer missing from it gets label -100
             (ignored by cross-entropy, never counted correct) instead of ClipBERT's KeyError.
@@ -54,17 +54,17 @@ class VideoQADataset(VideoDatasetBase):
         vid_id, bad_videos}.
     """
 
-    def __init__(self, task_type, datalist, img_lmdb_dir, ans2label=None, return_label=True, **kw):
-        if task_type not in QA_TASKS:
-            raise ValueError(f"task={task_type!r} is not one of {QA_TASKS}")
-        if task_type in OPEN_ENDED_QA and return_label and not ans2label:
-            raise ValueError(f"task {task_type} needs ans2label (ans2label_path) to build labels")
-        kw.setdefault("name", f"{task_type}_{'train' if kw.get('is_train') else 'eval'}")
+    def __init__(self, qa_task, datalist, img_lmdb_dir, ans2label=None, return_label=True, **kw):
+        if qa_task not in QA_TASKS:
+            raise ValueError(f"task={qa_task!r} is not one of {QA_TASKS}")
+        if qa_task in OPEN_ENDED_QA and return_label and not ans2label:
+            raise ValueError(f"task {qa_task} needs ans2label (ans2label_path) to build labels")
+        kw.setdefault("name", f"{qa_task}_{'train' if kw.get('is_train') else 'eval'}")
         super().__init__(datalist, img_lmdb_dir, **kw)
-        self.task_type, self.ans2label, self.return_label = task_type, ans2label or {}, return_label
+        self.qa_task, self.ans2label, self.return_label = qa_task, ans2label or {}, return_label
         self.qid2data = {e["question_id"]: e for _, g in datalist for e in g}
         self.n_unknown_answers = 0
-        if task_type in OPEN_ENDED_QA and return_label:
+        if qa_task in OPEN_ENDED_QA and return_label:
             answers = [e["answer"] for e in self.qid2data.values()]
             unknown = sorted({a for a in answers if a not in self.ans2label})
             self.n_unknown_answers = sum(a not in self.ans2label for a in answers)
@@ -77,11 +77,11 @@ class VideoQADataset(VideoDatasetBase):
 
     def _example(self, d):
         label = d["answer"]
-        if self.return_label and label is not None and self.task_type in OPEN_ENDED_QA:
+        if self.return_label and label is not None and self.qa_task in OPEN_ENDED_QA:
             label = self.ans2label.get(label, -100)
         ex = {"q_str": d["question"], "question_id": d["question_id"],
               "label": label if self.return_label else None, "answer_type": d.get("answer_type")}
-        if self.task_type in MC_QA:
+        if self.qa_task in MC_QA:
             ex["options_str_list"] = d["options"]
         return ex
 
@@ -102,16 +102,16 @@ class VideoQACollator(CollatorBase):
     action/transition: (B*5, L) of `q + " " + option_i`; labels (B,) long or None; question_ids;
     answer_types; n_examples_list (1 per question, 5 per question for 5-way); bad_videos.
 
-    Args: tokenizer, max_txt_len, task_type.
+    Args: tokenizer, max_txt_len, qa_task.
     """
 
-    def __init__(self, tokenizer, max_txt_len=20, task_type="frameqa", n_options=N_OPTIONS):
+    def __init__(self, tokenizer, max_txt_len=20, qa_task="frameqa", n_options=N_OPTIONS):
         super().__init__(tokenizer, max_txt_len)
-        self.task_type, self.n_options = task_type, n_options
+        self.qa_task, self.n_options = qa_task, n_options
 
     def collate_items(self, items, bad):
         exs = flat_list_of_lists([d["examples"] for d in items])
-        if self.task_type in MC_QA:
+        if self.qa_task in MC_QA:
             texts = [e["q_str"] + " " + e["options_str_list"][i] for e in exs for i in range(self.n_options)]
             n_list = [d["n_examples"] * self.n_options for d in items]
         else:

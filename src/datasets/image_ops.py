@@ -93,15 +93,6 @@ class ImageNorm:
         return img.sub_(mean).div_(std)
 
 
-def to_input_format(img, img_input_format):
-    """RGB (…, 3, H, W) -> the channel order the CNN expects ('RGB' or 'BGR')."""
-    if img_input_format == "BGR":
-        return img.flip(-3)
-    if img_input_format == "RGB":
-        return img
-    raise ValueError(f"img_input_format must be 'RGB' or 'BGR', got {img_input_format!r}")
-
-
 def resize_and_pad(frames, max_img_size):
     """uint8/float (T, 3, H, W) -> float (T, 3, max, max): ClipBERT's per-video pipeline steps 3-5."""
     x = ImageResize(max_img_size, "bilinear")(frames.to(torch.float32, memory_format=torch.contiguous_format))

@@ -99,7 +99,7 @@ class VisualInputEmbedding(nn.Module):
         grid = grid + rows.view(1, height, 1, hsz) + cols.view(1, 1, width, hsz)
         tokens = grid.reshape(bsz, height * width, hsz)
         n_sample = getattr(self.config, "pixel_random_sampling_size", 0) or 0
-        if self.training and 0 < n_sample < tokens.shape[1]:  # pretraining only; same positions per batch
+        if self.training and 0 < n_sample < tokens.shape[1]:  # training only; same positions per batch
             idx = torch.randperm(tokens.shape[1], device=tokens.device)[:n_sample].sort().values
             tokens = tokens.index_select(1, idx)
         tokens = tokens + self.token_type_embeddings.weight[0]

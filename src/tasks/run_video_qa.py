@@ -152,7 +152,7 @@ def label2ans_for(dataset):
     """{label: answer} of an open-ended task's dataset (predictions are compared as strings), else None;
     from the ``ans2label`` the dataset was built with (ans2label_path is read when the dataset is built,
     not again at every validation)."""
-    if dataset.task_type not in OPEN_ENDED_QA:
+    if dataset.qa_task not in OPEN_ENDED_QA:
         return None
     return {int(v): k for k, v in dataset.ans2label.items()}
 

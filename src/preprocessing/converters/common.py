@@ -171,16 +171,6 @@ def _json_text(obj):
     return json.dumps(obj, ensure_ascii=False, indent=0) + "\n"
 
 
-def write_jsonl(path, rows):
-    """UTF-8 jsonl, non-ASCII kept as is (ujson, like the loader). Returns the row count."""
-    write_all({path: rows})
-    return len(rows)
-
-
-def write_json(path, obj):
-    write_all({path: obj})
-
-
 def write_all(outputs):
     """Write every ``{path: rows (list -> jsonl) | object (-> json)}`` or none: each file goes to a
     temporary name first and all are renamed only once all are written, so a failing converter never
