@@ -21,7 +21,7 @@ import tempfile
 import torch
 from _bench_trainer_worker import BatchList, engine_cfg, first
 
-from src.training import engine
+from src.training import build
 from src.training.contracts import Hook
 from src.training.engine import Trainer
 from src.training.precision import AmpO2Precision
@@ -142,7 +142,7 @@ def run(a) -> dict:
     template = build_model(MODEL_CFG)
     inject = set(a.inject)
     task = OracleTask(template, make_batches(a.steps * a.accum, a.seed), a.accum, inject)
-    engine.build_precision = lambda cfg, device: OraclePrecision(device, a.opt_level, a.window)
+    build.build_precision = lambda cfg, device: OraclePrecision(device, a.opt_level, a.window)
     recorder = Recorder()
     with tempfile.TemporaryDirectory() as out:
         cfg = engine_cfg(out, a.steps * a.accum, fp16=1, gradient_accumulation_steps=a.accum,

@@ -309,23 +309,23 @@ def test_rollback_to_a_snapshot_redoes_the_same_steps(tmp_path, precision):
     cfg = toy_cfg(tmp_path / precision, fp16=int(precision == "fp16"), dist_backend="torch")
     t = Trainer(cfg, ToyTask(n_train=24, dropout=0.0))
     t.setup()
-    t._data = t._batches()
+    batches = t.batches()
     for _ in range(2):
-        t.run_step()
+        t.run_step(batches)
     snap = t.snapshot()
     for _ in range(5):  # past the end of epoch 0 (6 steps of 4)
-        t.run_step()
-    first = (t.model_state_dict(), t.global_step, t.epoch, t.state.examples_in_epoch)
+        t.run_step(batches)
+    first = (t.checkpointer.model_state_dict(), t.global_step, t.epoch, t.state.examples_in_epoch)
     assert first[2] == 1
     t.load_snapshot(snap)
     assert (t.global_step, t.epoch, t.state.examples_in_epoch) == (2, 0, 8)
-    for k, v in t.model_state_dict().items():
+    for k, v in t.checkpointer.model_state_dict().items():
         torch.testing.assert_close(v, snap["model"][k], rtol=0, atol=0, msg=k)
-    t._data = t._batches()
+    batches = t.batches()
     for _ in range(5):
-        t.run_step()
+        t.run_step(batches)
     assert (t.global_step, t.epoch, t.state.examples_in_epoch) == first[1:]
-    for k, v in t.model_state_dict().items():
+    for k, v in t.checkpointer.model_state_dict().items():
         torch.testing.assert_close(v, first[0][k], rtol=0, atol=0, msg=k)
 
 

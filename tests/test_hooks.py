@@ -7,15 +7,10 @@ import pytest
 
 from src.training.contracts import Hook, StepResult
 from src.training.engine import Trainer
-from src.training.hooks import (
-    BestCheckpoint,
-    EarlyStopping,
-    Evaluation,
-    MetricsWriter,
-    RestoreSaver,
-    StepCheckpoints,
-)
+from src.training.events import LogLines, MetricsJsonl, ProgressBar, TensorBoard
+from src.training.hooks import BestCheckpoint, EarlyStopping, Evaluation, StepCheckpoints
 from tests import mp_utils
+from tests.run_files import assert_same_run_files
 from tests.toy_task import ToyTask, toy_cfg
 
 
@@ -52,9 +47,11 @@ def test_default_hooks_then_task_then_user_hooks_in_order(tmp_path):
     user = Recorder("user", calls)
     trainer = Trainer(toy_cfg(tmp_path, num_valid=2, min_valid_steps=1), HookedTask(calls), hooks=[user])
     summary = trainer.train()
-    assert [type(h) for h in trainer.hooks[:6]] == [MetricsWriter, Evaluation, StepCheckpoints,
-                                                     BestCheckpoint, EarlyStopping, RestoreSaver]
-    assert [h.name for h in trainer.hooks[6:]] == ["task", "user"]
+    assert [type(h) for h in trainer.hooks[:4]] == [Evaluation, StepCheckpoints, BestCheckpoint,
+                                                     EarlyStopping]
+    assert [h.name for h in trainer.hooks[4:]] == ["task", "user"]
+    writers = [TensorBoard, LogLines, MetricsJsonl, ProgressBar]
+    assert [type(w) for w in trainer.parts.outputs.writers] == writers
     T = summary["global_step"]
     assert T == 16 and trainer.plan.valid_steps == 8
     user_calls = [(what, step) for name, what, step in calls if name == "user"]
@@ -71,34 +68,44 @@ def test_default_hooks_then_task_then_user_hooks_in_order(tmp_path):
 
 
 class ReversedHooks(Trainer):
-    """The default hooks in the opposite order: hooks exchange results through ``trainer.state`` and the
-    engine writes the restore file of the last step, so the order must not change anything."""
+    """The default hooks in the opposite order: hooks exchange results through ``trainer.state``, put what
+    is to be written into the event record, and the engine writes the restore files after every hook,
+    so the order must not change anything."""
 
     def default_hooks(self):
         return super().default_hooks()[::-1]
 
 
-def _ckpt_files(out):
-    return sorted(p.name for p in (out / "ckpt").iterdir())
-
-
-@pytest.mark.parametrize("trainer_class", [Trainer, ReversedHooks])
-def test_default_hooks_do_not_depend_on_their_order(tmp_path, trainer_class):
-    """Early stopping at step 5, keep_last_k 1: the same best, files and finished restore file either way."""
+def test_default_hooks_do_not_depend_on_their_order(tmp_path):
+    """Early stopping at step 5, keep_last_k 1, a restore file every 2 steps: the same best, and every
+    file the two runs write is the same, restore_backup.pt included (tensor by tensor; text files but
+    for times and durations). Reversed, the restore file of validation step 4 was once written before
+    early stopping had counted that validation."""
     import torch
 
     curve = {1: 1.0, 2: 2.0, 3: 3.0, 4: 2.5, 5: 2.9, 6: 9.0}
-    cfg = toy_cfg(tmp_path, num_valid=16, min_valid_steps=1, best_metric="score", early_stop_patience=2,
-                  keep_last_k=1)
-    s = trainer_class(cfg, ToyTask(metric_curve=curve.get)).train()
-    assert s["global_step"] == 5 and s["stopped_early"]
-    assert s["best"] == {"metric": "score", "value": 3.0, "step": 3}
-    assert _ckpt_files(tmp_path) == ["model_best.pt", "model_step_3.pt", "model_step_5.pt", "restore.pt",
-                                      "restore_backup.pt"]
-    restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=False)
-    assert restore["global_step"] == 5 and restore["finished"] and restore["best"]["bad_validations"] == 2
-    again = trainer_class(cfg, ToyTask(metric_curve=curve.get)).train()  # nothing left to do
-    assert again["global_step"] == 5 and again["stopped_early"]
+    runs = {}
+    for trainer_class in (Trainer, ReversedHooks):
+        out = tmp_path / trainer_class.__name__
+        cfg = toy_cfg(out, num_valid=16, min_valid_steps=1, best_metric="score", early_stop_patience=2,
+                      keep_last_k=1, save_steps_ratio=0.125)
+        trainer = trainer_class(cfg, ToyTask(metric_curve=curve.get))
+        s = trainer.train()
+        assert s["global_step"] == 5 and s["stopped_early"]
+        assert s["best"] == {"metric": "score", "value": 3.0, "step": 3}
+        assert [type(h).__name__ for h in trainer.hooks][0] == ("Evaluation" if trainer_class is Trainer
+                                                               else "EarlyStopping")
+        assert sorted(p.name for p in (out / "ckpt").iterdir()) == [
+            "model_best.pt", "model_step_3.pt", "model_step_5.pt", "restore.pt", "restore_backup.pt"]
+        restore = torch.load(out / "ckpt" / "restore.pt", weights_only=False)
+        assert restore["global_step"] == 5 and restore["finished"]
+        assert restore["hooks"]["EarlyStopping"]["bad_validations"] == 2
+        backup = torch.load(out / "ckpt" / "restore_backup.pt", weights_only=False)
+        assert backup["global_step"] == 4 and backup["hooks"]["EarlyStopping"]["bad_validations"] == 1
+        again = trainer_class(cfg, ToyTask(metric_curve=curve.get)).train()  # nothing left to do
+        assert again["global_step"] == 5 and again["stopped_early"]
+        runs[trainer_class] = out
+    assert_same_run_files(runs[Trainer], runs[ReversedHooks])
 
 
 def test_hooks_are_closed_when_a_hook_raises(tmp_path):
@@ -117,7 +124,8 @@ def test_hooks_are_closed_when_a_hook_raises(tmp_path):
     with pytest.raises(RuntimeError, match="boom"):
         trainer.train()
     assert closed == [True] and trainer.global_step == 2
-    assert trainer.hooks[0]._pbar is None  # MetricsWriter's progress bar was closed too
+    bars = [w for w in trainer.parts.outputs.writers if isinstance(w, ProgressBar)]
+    assert len(bars) == 1 and bars[0]._bar is None  # the progress bar (a writer) was closed too
 
 
 def test_step_result_reports_the_step(tmp_path):

@@ -1,12 +1,15 @@
 """``--find_batch_size power|binsearch``: the largest ``train_batch_size`` whose training steps fit the
 device (Lightning's ``BatchSizeFinder``).
 
-Before training, a few real optimizer steps (:data:`TRIAL_STEPS`: forward, backward, optimizer step,
-under the run's precision) run at growing batch sizes from ``train_batch_size``: ``power`` doubles
-until the device runs out of memory; ``binsearch`` then bisects between the last size that fit and the
-first that did not (a first size that does not fit is halved until one does). After every trial the
-weights, optimizer, loss scale, counters and RNGs are put back, so the run trains exactly as if it had
-been started with the chosen size. The chosen size is the largest that fit times :data:`SAFETY`
+The second step of the build (``src.training.build``: parse, find the batch size, plan, components):
+after the training data and before the plan, a few real optimizer steps (:data:`TRIAL_STEPS`: forward,
+backward, optimizer step, under the run's precision) run on trial components (a model, optimizer and
+loader built for each size, then dropped) at growing batch sizes from ``train_batch_size``: ``power``
+doubles until the device runs out of memory; ``binsearch`` then bisects between the last size that fit
+and the first that did not (a first size that does not fit is halved until one does). The RNGs are put
+back after the trials and the run's components are built only then, from a config holding the found
+size, so the run trains exactly as if it had been started with it; nothing built is changed afterwards.
+The chosen size is the largest that fit times :data:`SAFETY`
 (rounded down, at least 1): later batches can need more memory than the trial's (longer captions,
 other videos) and the allocator fragments over a run. ``find_batch_size_keep_effective 1`` also sets
 ``gradient_accumulation_steps`` so that batch x accumulation stays at least the configured one.
@@ -24,10 +27,7 @@ import math
 
 import torch
 
-from src.training.data import ResumableDistributedSampler, build_train_dataloader
-from src.training.plan import RunPlan
 from src.utils.errors import UserError
-from src.utils.misc import get_rng_states, set_rng_states
 
 logger = logging.getLogger(__name__)
 
@@ -93,60 +93,44 @@ def check_device(device: torch.device, world: int) -> None:
                         f"alone, then launch the job with the --train_batch_size it reports")
 
 
-def apply(trainer, dataset, collate_fn) -> None:
-    """Set ``train_batch_size`` (and with ``find_batch_size_keep_effective`` the accumulation) from the
-    search, or from the stored run when resuming; rebuild the plan."""
-    cfg = trainer.cfg
-    check_device(trainer.device, trainer.world)
-    stored = trainer.run_dir.stored_settings if trainer.run_dir is not None else None
-    if trainer.run_outcome in ("resume", "extend", "finished") and stored:
-        for key in FOUND_KEYS:
-            cfg[key] = stored[key]
+def settle(cfg, device, world: int, stored: dict | None, fits, limit: int):
+    """The run's config with ``train_batch_size`` (and with ``find_batch_size_keep_effective`` the
+    accumulation) found by the search (``fits(b)``: do trial steps at batch ``b`` fit), or taken from
+    ``stored`` (the earlier run's settings, when resuming it). ``cfg`` itself is not changed: the
+    builder makes the plan and the components from the config returned."""
+    if cfg.find_batch_size == "none":
+        return cfg
+    check_device(device, world)
+    if stored:
+        found = {key: stored[key] for key in FOUND_KEYS}
         logger.info("find_batch_size: the run keeps train_batch_size %d x accumulation %d found before",
-                    cfg.train_batch_size, cfg.gradient_accumulation_steps)
-    else:
-        effective = cfg.train_batch_size * cfg.gradient_accumulation_steps
-        found, tried = search(lambda b: _fits(trainer, dataset, collate_fn, b), cfg.train_batch_size,
-                              cfg.find_batch_size, limit=len(dataset))
-        cfg.train_batch_size = choose(found)
-        if cfg.find_batch_size_keep_effective:
-            cfg.gradient_accumulation_steps = max(1, math.ceil(effective / cfg.train_batch_size))
-        logger.info("find_batch_size %s: tried %s; largest that fits %d, training with train_batch_size %d "
-                    "(x%.1f safety) x accumulation %d", cfg.find_batch_size,
-                    ", ".join(f"{b} {'ok' if ok else 'out of memory'}" for b, ok in tried), found,
-                    cfg.train_batch_size, SAFETY, cfg.gradient_accumulation_steps)
-    trainer.plan = RunPlan.build(cfg, len(dataset), trainer.world)
+                    *found.values())
+        return type(cfg)({**cfg, **found})
+    effective = cfg.train_batch_size * cfg.gradient_accumulation_steps
+    largest, tried = search(fits, cfg.train_batch_size, cfg.find_batch_size, limit=limit)
+    found = {"train_batch_size": choose(largest)}
+    found["gradient_accumulation_steps"] = (max(1, math.ceil(effective / found["train_batch_size"]))
+                                            if cfg.find_batch_size_keep_effective
+                                            else cfg.gradient_accumulation_steps)
+    logger.info("find_batch_size %s: tried %s; largest that fits %d, training with train_batch_size %d "
+                "(x%.1f safety) x accumulation %d", cfg.find_batch_size,
+                ", ".join(f"{b} {'ok' if ok else 'out of memory'}" for b, ok in tried), largest,
+                found["train_batch_size"], SAFETY, found["gradient_accumulation_steps"])
+    return type(cfg)({**cfg, **found})
 
 
-def _fits(trainer, dataset, collate_fn, batch_size: int) -> bool:
-    """:data:`TRIAL_STEPS` real training steps at ``batch_size``; everything they changed is put back."""
-    cfg = trainer.cfg
-    snap, rngs, plan = trainer.snapshot(), get_rng_states(), trainer.plan
-    trial_cfg = type(cfg)({**cfg, "train_batch_size": batch_size})
-    loader = None
+def trial_fits(step_once) -> bool:
+    """:data:`TRIAL_STEPS` calls of ``step_once()`` (real training steps on trial components the caller
+    built for one batch size): whether they ran without the device running out of memory."""
     try:
-        trainer.plan = RunPlan.build(trial_cfg, len(dataset), trainer.world)
-        sampler = ResumableDistributedSampler(len(dataset), 1, 0, shuffle=True, seed=cfg.seed)
-        loader = build_train_dataloader(dataset, sampler, batch_size, collate_fn, n_workers=0, seed=cfg.seed)
-        trainer._data = _forever(trainer.task.wrap_train_loader(loader, cfg, trainer.device))
         for _ in range(TRIAL_STEPS):
-            trainer.run_step()
+            step_once()
         return True
     except (torch.OutOfMemoryError, RuntimeError) as e:
         if is_out_of_memory(e):
             return False
         raise
     finally:
-        trainer._data = loader = None
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        trainer.optimizer.synchronize()
-        trainer.load_snapshot(snap)
-        set_rng_states(rngs)
-        trainer.plan = plan
-
-
-def _forever(loader):
-    while True:
-        yield from loader

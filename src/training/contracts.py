@@ -1,6 +1,6 @@
 """The contracts between the engine, its hooks and tasks' hooks: what a step reports (:class:`StepResult`),
-what a hook may override (:class:`Hook`) and what a hook may read and call on the trainer
-(:class:`TrainerView`).
+what a hook may override (:class:`Hook`, with its own saved state) and what a hook may read and call on
+the trainer (:class:`TrainerView`).
 
 A leaf module (it imports nothing from ``src.training``), so hooks, elastic training and tasks can
 name these types without importing the engine, and the engine without importing them back.
@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
+    from src.training.events import EventRecord
     from src.training.plan import RunPlan
-    from src.training.run_state import RunState
+    from src.training.run_state import RunState, ValidationRecord
 
 
 @dataclass
@@ -40,22 +41,41 @@ class StepResult:
 
 
 class TrainerView(Protocol):
-    """What hooks use of ``src.training.engine.Trainer``. Hooks change the run only through
-    ``trainer.state`` (``request_stop``, the best checkpoint, patience) and :meth:`save_restore`."""
+    """What hooks use of ``src.training.engine.Trainer``: the built components (read-only), the run state
+    and the event record. Hooks change the run only through ``trainer.state`` (``request_stop``, the best
+    checkpoint), put values for the writers into ``trainer.events`` and keep what they must save in their
+    own ``state_dict``; they never assign the trainer's attributes or the config."""
 
     cfg: object
     task: object
-    model: torch.nn.Module
-    plan: RunPlan
+    parts: object  # src.training.build.Components: model, optimizer, precision, sharding, plan, loader, ...
     state: RunState
-    rank: int
-    world: int
-    is_main: bool
-    log_dir: str
-    ckpt_dir: str
-    tb: object  # TensorBoard writer (a no-op on ranks other than 0)
-    sharding: object  # src.training.zero: Unsharded or the zero_stage 1/2 sharding (``.stage``)
+    events: EventRecord
     hooks: list[Hook]
+
+    @property
+    def model(self) -> torch.nn.Module: ...
+
+    @property
+    def plan(self) -> RunPlan: ...
+
+    @property
+    def checkpointer(self) -> object: ...  # src.training.state.Checkpointer
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world(self) -> int: ...
+
+    @property
+    def is_main(self) -> bool: ...
+
+    @property
+    def log_dir(self) -> str: ...
+
+    @property
+    def ckpt_dir(self) -> str: ...
 
     @property
     def global_step(self) -> int: ...
@@ -69,16 +89,18 @@ class TrainerView(Protocol):
     @property
     def finished(self) -> bool: ...
 
-    def model_state_dict(self) -> dict: ...
-
-    def weights_finite(self, state: dict | None = None) -> bool: ...
+    def publish_validation(self, record: ValidationRecord) -> None: ...
 
     def save_restore(self) -> None: ...
 
 
 class Hook:
     """Periodic work around the step (detectron2's ``HookBase``). Subclass and override what you need;
-    every method is a no-op by default. Arguments are the interface: an override may ignore them."""
+    every method is a no-op by default. Arguments are the interface: an override may ignore them.
+
+    A hook with something to carry across a resume returns it from :meth:`state_dict` (plain values, no
+    tensors) and takes it back in :meth:`load_state_dict`: the restore file, the Horovod elastic commit
+    and the elastic sync hold it under the hook's class name (``state_key``)."""
 
     def before_train(self, trainer: TrainerView) -> None:
         """After set-up (model, data, resume) and before the first step of this process."""
@@ -95,3 +117,15 @@ class Hook:
 
     def close(self) -> None:
         """Release what the hook holds (files, progress bars); called when ``train()`` returns or raises."""
+
+    @property
+    def state_key(self) -> str:
+        """Where the restore file keeps this hook's :meth:`state_dict` (detectron2: the class name)."""
+        return type(self).__qualname__
+
+    def state_dict(self) -> dict:
+        """What this hook needs back after a resume (default: nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take back a :meth:`state_dict` (called before :meth:`before_train` when the run resumes)."""

@@ -15,9 +15,13 @@ Set-up does no collective operation in this mode (Horovod's rule: a new worker m
 inside ``hvd.elastic.run``); the run-directory check of rank 0 reaches the others in the first sync.
 
 **torchrun** (``--nnodes MIN:MAX --max-restarts K``) restarts all workers after a failure or a
-membership change; they resume from ``ckpt/restore.pt``, which :class:`ElasticCommit` then writes
-every ``elastic_commit_steps`` steps (the global data position makes a resume with another world size
-continue the epoch exactly).
+membership change; they resume from ``ckpt/restore.pt``, which the engine then also writes every
+``elastic_commit_steps`` steps (the checkpointer's cadence; the global data position makes a resume
+with another world size continue the epoch exactly).
+
+A change of the world is an explicit rebuild through the builder (``Trainer.rebuild`` ->
+``src.training.build.rebuild``: rank, world, the sampler and loader of the new share, rank 0's rank-0
+duties; the plan and run-directory outcome rank 0 sends), never an assignment of the trainer's fields.
 """
 from __future__ import annotations
 
@@ -50,27 +54,31 @@ def check_horovod_backend() -> None:
 
 
 class ElasticCommit(Hook):
-    """Every ``every`` steps: the elastic commit (Horovod: ``state.commit()``, which may raise
-    ``HostsUpdatedInterrupt``; torchrun with restarts: the restore file). Collective."""
+    """Every ``every`` steps: Horovod's elastic commit (``state.commit()``: the run's state to host memory,
+    then a check for host changes, which may raise ``HostsUpdatedInterrupt``). Collective. Always the
+    last hook; a restore file due at the step is written before the commit, as the engine would after it."""
 
-    def __init__(self, every: int, state=None):
-        self.every, self.state = every, state
+    def __init__(self, every: int):
+        self.every, self.state = every, None
+
+    def attach(self, state) -> None:
+        """The Horovod ``State`` of this run (made when the elastic loop starts)."""
+        self.state = state
 
     def after_step(self, trainer, _result):
-        if trainer.global_step % self.every or trainer.finished:
+        if trainer.global_step % self.every or trainer.finished or self.state is None:
             return  # the engine writes the restore file of the step that ends the run
-        if self.state is not None:
-            self.state.commit()
-        else:
-            trainer.save_restore()  # nothing to do if RestoreSaver has just written this step
+        if trainer.checkpointer.due(trainer.global_step):
+            trainer.save_restore()
+        self.state.commit()
 
 
 def _sync(trainer, reseed: bool) -> None:
-    """Rank 0's state everywhere; the plan rescaled to the current world size."""
-    outcome = hvd.broadcast_object(trainer.run_outcome if trainer.is_main else None, 0,
+    """Rank 0's state everywhere; the plan rescaled to the current world size (a rebuild)."""
+    outcome = hvd.broadcast_object(trainer.parts.outputs.outcome if trainer.is_main else None, 0,
                                    name="elastic.outcome")
     if isinstance(outcome, Exception):  # rank 0 could not take the run directory: all stop (Trainer._run)
-        trainer.adopt_plan(trainer.plan, outcome)
+        trainer.rebuild(outcome=outcome)
         return
     joining = trainer.global_step == 0
     counters = trainer.sync_from_rank0()
@@ -82,7 +90,7 @@ def _sync(trainer, reseed: bool) -> None:
                        trainer.global_step, new.num_train_steps, plan.num_train_steps,
                        trainer.state.examples_in_epoch)
         plan = new
-    trainer.adopt_plan(plan, outcome)
+    trainer.rebuild(plan=plan, outcome=outcome)
     if reseed or (joining and trainer.global_step > 0):
         trainer.reseed()
 
@@ -114,14 +122,18 @@ def _state_class():
 
         def reset(self):
             self._after_reset = True
-            self.trainer.adopt_world()
+            self.trainer.rebuild()
 
     return EngineState
 
 
 def run_horovod_elastic(trainer, body):
-    """``body()`` (the training, returning the summary) inside ``hvd.elastic.run``."""
+    """``body()`` (the training, returning the summary) inside ``hvd.elastic.run``; the
+    :class:`ElasticCommit` hook commits this run's state."""
     from horovod.torch.elastic import run
 
     state = _state_class()(trainer)
-    return run(lambda _state: body(_state))(state)
+    for hook in trainer.hooks:
+        if isinstance(hook, ElasticCommit):
+            hook.attach(state)
+    return run(lambda _state: body())(state)

@@ -87,6 +87,7 @@ class AmpO2Precision(FullPrecision):
         super().__init__(device, bf16=False)
         from src.compat import amp
         self.amp = amp
+        self._skipped_before = amp.num_skipped_steps()  # amp counts since import (the finder's trials too)
 
     def prepare(self, model, optimizer):
         return self.amp.initialize(model, optimizer, opt_level="O2", keep_batchnorm_fp32=True, verbosity=0)
@@ -125,7 +126,7 @@ class AmpO2Precision(FullPrecision):
                     p.copy_(weights[n])
 
     def skipped_steps(self):
-        return self.amp.num_skipped_steps()
+        return self.amp.num_skipped_steps() - self._skipped_before
 
     def loss_scale(self):
         sd = self.amp.state_dict()

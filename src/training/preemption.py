@@ -68,19 +68,16 @@ class StopSignals:
             raise KeyboardInterrupt
 
 
-def stop_on_signal(trainer) -> None:
-    """Every rank at the same step (the request was allreduced with the step's loss statistics): the
-    restore file (unless this step's is written already), one line from rank 0, :class:`Preempted`."""
-    trainer.save_restore()  # unless written at this step; keeps the last finite state if not finite
-    got = (f"{trainer.signals.name} received" if trainer.signals.received
-           else "a stop signal reached another rank")
-    saved_at = trainer.state.restore_saved_at
-    held = ("this step" if saved_at == trainer.global_step else
+def preempted(signals: StopSignals, state, stop_step: int, restore_path: str, is_main: bool) -> Preempted:
+    """The stop every rank makes at the same step (the request was allreduced with the step's loss
+    statistics), after the engine wrote the restore file: one line from rank 0, as :class:`Preempted`."""
+    got = f"{signals.name} received" if signals.received else "a stop signal reached another rank"
+    saved_at = state.restore_saved_at
+    held = ("this step" if saved_at == state.global_step else
             f"step {saved_at} (the weights are not finite now)" if saved_at
             else "nothing: the weights are not finite")
-    msg = (f"stopped at step {trainer.global_step} of {trainer.plan.stop_step} (epoch {trainer.epoch}): "
-           f"{got}; {trainer.restorer.path} holds {held}, rerun the same command to resume (exit status "
-           f"{EXIT_PREEMPTED})")
-    if trainer.is_main:
+    msg = (f"stopped at step {state.global_step} of {stop_step} (epoch {state.epoch}): {got}; {restore_path} "
+           f"holds {held}, rerun the same command to resume (exit status {EXIT_PREEMPTED})")
+    if is_main:
         logger.warning(msg)
-    raise Preempted(msg)
+    return Preempted(msg)

@@ -4,11 +4,14 @@ detectron2's ``EventStorage`` is the model: hooks do not assign the trainer's fi
 state and change it through its methods (:meth:`RunState.request_stop`, :meth:`RunState.set_best`, ...).
 Everything in it is decided from values every rank agrees on (the step, allreduced losses, rank 0's
 broadcast metrics), so it is the same on every rank. :meth:`RunState.counters` is what the restore file,
-the Horovod elastic commit and the elastic sync carry (the keys of older restore files are kept).
+the Horovod elastic commit and the elastic sync carry. What only one hook needs (early stopping's
+patience) is that hook's own ``state_dict``, not a field here (``src.training.contracts.Hook``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+
+RUNNING_LOSS_SMOOTHING = 0.99  # the logged training loss: exponentially smoothed (ClipBERT's RunningMeter)
 
 
 @dataclass
@@ -22,18 +25,26 @@ class ValidationRecord:
 
 
 @dataclass
+class Best:
+    """The best validation so far of the metric the best checkpoint follows (``BestCheckpoint`` sets it)."""
+
+    metric: str | None = None
+    value: float | None = None
+    step: int | None = None
+
+
+@dataclass
 class RunState:
-    """The run's position, its best checkpoint, early-stopping patience and stop request."""
+    """The run's position, its best checkpoint, the smoothed loss, the stop request."""
 
     global_step: int = 0
     epoch: int = 0
     examples_in_epoch: int = 0  # of the epoch's permutation, consumed by all ranks together
     stop_reason: str | None = None  # set by request_stop: the run ends after this step
-    best: dict = field(default_factory=lambda: {"metric": None, "value": None, "step": None,
-                                                "bad_validations": 0, "patience_ref": None})
+    best: Best = field(default_factory=Best)
+    running_loss: float | None = None  # the training loss, smoothed over steps (what the logs show)
     validation: ValidationRecord | None = None  # the validation of the current step, while it is handled
     last_metrics: dict | None = None
-    valid_history: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> metrics
     restore_saved_at: int | None = None  # the step the restore file was last written at
     nonfinite_streak: int = 0  # consecutive steps with a non-finite loss
 
@@ -47,36 +58,64 @@ class RunState:
         if self.stop_reason is None:
             self.stop_reason = reason
 
-    def publish_validation(self, record: ValidationRecord) -> None:
+    def finished_at(self, step: int, reason: str) -> None:
+        """A stored run that finished at ``step`` (its restore files were deleted): nothing to train."""
+        self.global_step = step
+        self.request_stop(reason)
+
+    def resume_stopped(self) -> None:
+        """``existing_run extend``: a finished run trains on."""
+        self.stop_reason = None
+
+    def publish_validation(self, record: ValidationRecord | None) -> None:
+        """The validation the hooks act on now (``None``: done with it; its weights are not kept)."""
         self.validation = record
-        self.last_metrics = record.metrics
-        self.valid_history[record.step] = record.metrics
+        if record is not None:
+            self.last_metrics = record.metrics
 
     def set_best(self, value: float, step: int) -> None:
-        self.best.update(value=value, step=step)
+        self.best.value, self.best.step = value, step
 
-    def reset_patience(self, ref: float) -> None:
-        """An improvement that counts: patience starts again from ``ref``."""
-        self.best.update(patience_ref=ref, bad_validations=0)
+    def follow_metric(self, name: str) -> None:
+        """The metric the best checkpoint and early stopping follow (``best_metric`` or the task's)."""
+        self.best.metric = name
 
-    def count_bad_validation(self) -> int:
-        """One more validation without an improvement that counts; returns how many in a row."""
-        self.best["bad_validations"] += 1
-        return self.best["bad_validations"]
+    def step_done(self, loss: float) -> None:
+        """A step was taken: the counter, and the smoothed loss when ``loss`` is finite (nan != nan)."""
+        self.global_step += 1
+        if loss == loss and abs(loss) != float("inf"):
+            prev = self.running_loss
+            self.running_loss = loss if prev is None else \
+                loss * (1 - RUNNING_LOSS_SMOOTHING) + prev * RUNNING_LOSS_SMOOTHING
+
+    def count_nonfinite(self, n_bad: int) -> int:
+        """The streak of consecutive steps with a non-finite loss, after this step's ``n_bad``."""
+        self.nonfinite_streak = self.nonfinite_streak + 1 if n_bad else 0
+        return self.nonfinite_streak
+
+    def consumed(self, n_examples: int, epoch_size: int) -> None:
+        """The data position moved by ``n_examples`` (all ranks), at most to the end of the epoch."""
+        self.examples_in_epoch = min(self.examples_in_epoch + n_examples, epoch_size)
+
+    def next_epoch(self) -> None:
+        self.epoch += 1
+        self.examples_in_epoch = 0
+
+    def restore_written(self) -> None:
+        self.restore_saved_at = self.global_step
 
     # ----------------------------------------------------------------------------- persistence
     def counters(self) -> dict:
         """The position and bookkeeping (no tensors), under the restore file's keys."""
         return {"global_step": self.global_step, "epoch": self.epoch,
                 "examples_in_epoch": self.examples_in_epoch, "finished": self.finished,
-                "stop_reason": self.stop_reason, "best": dict(self.best),
-                "nonfinite_streak": self.nonfinite_streak}
+                "stop_reason": self.stop_reason, "best": asdict(self.best),
+                "nonfinite_streak": self.nonfinite_streak, "running_loss": self.running_loss}
 
     def load_counters(self, c: dict) -> None:
         self.global_step, self.epoch, self.examples_in_epoch = c["global_step"], c["epoch"], \
             c["examples_in_epoch"]
         self.stop_reason = c.get("stop_reason") or ("finished" if c["finished"] else None)
-        self.best.update(c["best"])
-        if "patience_ref" not in c["best"]:  # a restore file older than min_delta: patience ran from the best
-            self.best["patience_ref"] = self.best["value"]
+        self.best = Best(**{k: c["best"].get(k) for k in ("metric", "value", "step")})
         self.nonfinite_streak = c.get("nonfinite_streak", 0)
+        self.running_loss = None if c.get("running_loss") is None else float(c["running_loss"])

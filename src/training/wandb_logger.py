@@ -16,8 +16,7 @@ import netrc
 import os
 import uuid
 
-from src.training.contracts import Hook
-from src.training.hooks import MetricsWriter
+from src.training.events import Writer
 
 logger = logging.getLogger(__name__)
 RUN_ID_FILE = "wandb_run_id.txt"
@@ -37,16 +36,14 @@ def wandb_mode(setting: str) -> str:
         return "offline"
 
 
-class WandbLogger(Hook):
-    """Rank 0's W&B run; a no-op on other ranks and after any W&B failure."""
+class WandbLogger(Writer):
+    """Rank 0's W&B run (a writer of the event record); a no-op after any W&B failure."""
 
     def __init__(self, cfg):
         self.cfg = cfg
         self.run = None
 
-    def before_train(self, trainer):
-        if not trainer.is_main:
-            return
+    def start(self, trainer):
         try:
             import wandb
         except ImportError as e:
@@ -120,14 +117,13 @@ class WandbLogger(Hook):
         except Exception:  # already broken: nothing more to do
             pass
 
-    def after_step(self, trainer, result):
+    def write(self, events, _trainer):
         if self.run is not None:
-            self._log(MetricsWriter.scalars(trainer, result), trainer.global_step)
+            self._log(events.train, events.step)
+            if events.valid is not None:
+                self._log({f"valid/{k}": v for k, v in events.valid.items()}, events.step)
 
-    def after_validation(self, trainer, metrics):
-        self._log({f"valid/{k}": v for k, v in metrics.items()}, trainer.global_step)
-
-    def after_train(self, _trainer, summary):
+    def finish(self, _trainer, summary):
         if self.run is None:
             return
         best = summary["best"]

@@ -35,6 +35,7 @@ from src.compat.hvd import Compression
 from src.config.schema import ConfigError
 from src.optimization.param_groups import build_optimizer, embedding_tables
 from src.optimization.sharding import ShardLayout, merge_state_dicts, shard_param_groups, shard_state_dict
+from src.training.checkpoint import fp32_state_dict
 from src.training.elastic import horovod_elastic
 
 
@@ -68,6 +69,16 @@ class Unsharded:
     def full_masters(self, masters: dict | None) -> dict | None:
         """amp O2's fp32 masters of every parameter by name (None without masters)."""
         return masters
+
+    def gathered_weights(self, model: torch.nn.Module, masters: dict | None,
+                         everywhere: bool = True) -> dict | None:
+        """The model's fp32 CPU weights (amp O2: its fp32 masters, :meth:`full_masters`) on every rank, or
+        with ``everywhere=False`` on rank 0 only (None elsewhere). Collective exactly when the masters
+        are sharded; callers need not know which (the ``Evaluation`` hook, the restore file)."""
+        full = self.full_masters(masters)
+        if not everywhere and hvd.rank() != 0:
+            return None
+        return fp32_state_dict(model, masters_by_name=full)
 
 
 class ZeroSharding(Unsharded):
