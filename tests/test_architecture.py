@@ -3,6 +3,7 @@ no path shims, defaults owned by the config schema.
 
 Layers (an arrow may only point down or sideways where listed; docs/architecture.md):
 
+    (every package's ``__main__``: ``python -m src.x``, an entry point above all layers)
     tasks, preprocessing          entry points
     training                      the engine: step, hooks, checkpoints, run plan
     datasets | modeling | optimization | evaluation      (independent of each other)
@@ -32,6 +33,7 @@ ALLOWED = {
     "tasks": {"compat", "utils", "config", "datasets", "modeling", "optimization", "evaluation",
               "training"},
 }
+ALLOWED["entry"] = set(ALLOWED) | {"tasks", "preprocessing"}  # ``__main__`` modules: python -m src.x
 
 
 def _modules():
@@ -65,6 +67,8 @@ GRAPH = {m: {t for t in _imports(f) if t in MODULES and t != m} for m, f in MODU
 
 def _layer(module):
     parts = module.split(".")
+    if parts[-1] == "__main__":  # ``python -m src.x``: an entry point, above every layer
+        return "entry"
     return parts[1] if len(parts) > 1 else "src"
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.training import batch_size_finder
 from src.training.batch_size_finder import choose, search
 from src.training.engine import Trainer

@@ -184,7 +184,7 @@ def test_msrvtt_mc_requires_inference():
 def isolated_registry(monkeypatch):
     """Tasks registered by a test are gone afterwards (the config reference lists every registered task)."""
     import src.config.tasks as registry
-    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+    monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))
 
 
 def test_register_task_adds_options(isolated_registry):

@@ -24,7 +24,7 @@ from src.datasets.lmdb_store import LMDBStore
 from src.datasets.loaders import PrefetchLoader
 from src.preprocessing.file2lmdb import LMDBWriter
 from src.preprocessing.make_demo_data import build_demo_data, encode_mp4, render_video
-from src.tasks.common import shard_indices
+from src.tasks.base import shard_indices
 from src.training.data import ResumableDistributedSampler, build_train_dataloader
 from tests.conftest import requires_horovod
 from tests.mp_utils import check, run_horovod

@@ -332,7 +332,7 @@ def test_rollback_to_a_snapshot_redoes_the_same_steps(tmp_path, precision):
 def test_task_validation_data_is_rebuilt_when_the_world_changes(monkeypatch):
     """Tasks build their validation share once; after an elastic change of workers, again."""
     import src.compat.hvd as hvd
-    from src.tasks.common import ClipBertTask
+    from src.tasks.base import ClipBertTask
     task, builds = ClipBertTask(), []
 
     def build():

@@ -2,7 +2,7 @@
 traceback. Every case checks the exit code, the one-line ``error:`` message (naming the file, key or
 value and the fix) and what the run directory holds afterwards.
 
-Toy-task cases run the real entry point (``src.tasks.common.main``) in-process; kills, locks and dead
+Toy-task cases run the real entry point (``src.tasks.entry.main``) in-process; kills, locks and dead
 ranks use subprocesses with timeouts; the video cases use a tiny synthetic retrieval dataset.
 """
 import fcntl
@@ -24,7 +24,7 @@ import torch
 from src.config import parse_args
 from src.datasets.build import build_retrieval_datasets
 from src.preprocessing.file2lmdb import LMDBWriter
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.tasks.run_video_retrieval import RetrievalTask
 from src.training.checkpoint import all_finite
 from tests import mp_utils

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.training.checkpoint import checkpoints_to_keep
 from src.training.metrics_log import read_metrics
 from src.training.plot import main as plot_main

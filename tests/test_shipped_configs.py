@@ -17,7 +17,7 @@ import pytest
 
 from src.preprocessing import file2lmdb
 from src.preprocessing.converters.__main__ import main as convert
-from src.tasks.common import main as task_main
+from src.tasks.entry import main as task_main
 from src.tasks.run_msrvtt_mc import MSRVTTMCTask
 from src.tasks.run_pretrain import PretrainTask
 from src.tasks.run_video_qa import VideoQATask

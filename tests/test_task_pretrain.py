@@ -12,7 +12,7 @@ from src.datasets.build import load_tokenizer
 from src.datasets.dataset_pretrain import PretrainDataset, mask_tokens
 from src.modeling.build import build_model
 from src.preprocessing.make_demo_stills import build_demo_stills
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.tasks.run_pretrain import PretrainTask
 from src.utils.pretrained_paths import default_minilm_dir
 from tests.conftest import requires_horovod

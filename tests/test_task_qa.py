@@ -9,7 +9,7 @@ import pytest
 
 from src.config import parse_args
 from src.evaluation.qa import QA_ANSWER_TYPES, qa_scores
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.tasks.run_video_qa import VideoQATask
 from src.training.engine import Trainer
 from tests.conftest import requires_horovod

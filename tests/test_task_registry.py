@@ -1,8 +1,10 @@
 """A task is one registered object: adding one touches only its own file plus one registration.
 
-tests/toy_count_task.py is a new task written as docs/adding_a_task.md says; ``register`` is the one
-call. Everything that used to need a hand-edited list (parser, config reference, MODEL_KEYS at
-inference, RUNTIME_KEYS of the rerun policy, the schema test, the model's head) must pick it up.
+tests/toy_count_task.py is a new task written as docs/adding_a_task.md says: its spec (options,
+post-parse rule) beside its class. As a built-in task it is one line in ``src.tasks.registry.BUILTIN_TASKS``
+(the product's entry, ``python -m src.tasks NAME``, then runs it); as a plugin, one ``register`` call.
+Everything that used to need a hand-edited list (parser, config reference, MODEL_KEYS at inference,
+RUNTIME_KEYS of the rerun policy, the schema test, the model's head) must pick it up.
 """
 import inspect
 import json
@@ -16,7 +18,7 @@ import src.config as config
 from src.config import apply_stored_model_config, config_reference_markdown, parse_args
 from src.config.tasks import task_spec
 from src.tasks import registry
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.training.metrics_log import read_metrics
 from src.training.run_dir import setting_differences
 from tests.test_architecture import schema_keys
@@ -30,8 +32,8 @@ TINY = str(REPO / "configs" / "model" / "tiny_model.json")
 def toy_registered(monkeypatch):
     """The toy task registered with one call, in registries that are restored afterwards."""
     import src.config.tasks as config_registry
-    monkeypatch.setattr(config_registry, "_TASKS", dict(config_registry._TASKS))
-    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+    monkeypatch.setattr(config_registry, "_SPECS", dict(config_registry._SPECS))
+    monkeypatch.setattr(registry, "_CLASSES", dict(registry._CLASSES))
     registry.register(ToyCountTask)
 
 
@@ -91,25 +93,63 @@ def test_toy_task_trains_resumes_and_infers_through_the_generated_keys(toy_regis
 
 
 def test_every_builtin_task_is_one_object():
-    """Each runnable task's class declares its name and config spec, the spec names the class, and its
-    entry point runs ``main(TheClass)``."""
+    """Each built-in task's class declares its spec and name, the registry's one line names the class,
+    and its script path runs ``main(TheClass)``."""
     names = registry.runnable_tasks()
     assert names[:5] == ["retrieval", "msrvtt_mc", "video_qa", "vqa", "pretrain"]
-    for name in names:
+    for name in registry.BUILTIN_TASKS:
         cls = registry.get_task(name)
-        assert cls.name == name and cls.config is task_spec(name), name
-        assert task_spec(name).entry == f"{cls.__module__}:{cls.__qualname__}"
+        assert cls.name == name and cls.spec is task_spec(name), name
+        assert registry.BUILTIN_TASKS[name] == f"{cls.__module__}:{cls.__qualname__}"
         source = inspect.getsource(inspect.getmodule(cls))
         assert re.search(rf"sys\.exit\(main\({cls.__qualname__}\)\)", source), name
         assert "build_model" in vars(cls) or "build_head" in vars(cls), f"{name}: no build_head"
 
 
+def test_a_new_builtin_task_is_one_file_plus_one_registration_line(monkeypatch, tmp_path, capsys):
+    """tests/toy_count_task.py as a built-in task: the one line in BUILTIN_TASKS (nothing registered by
+    hand) and ``python -m src.tasks toy_count ...`` trains it; the config reference documents it."""
+    import src.config.tasks as config_registry
+    from src.config.reference import config_reference_markdown
+    from src.tasks.__main__ import main as tasks_main
+    monkeypatch.setattr(config_registry, "_SPECS", dict(config_registry._SPECS))
+    monkeypatch.setattr(registry, "_CLASSES", dict(registry._CLASSES))
+    monkeypatch.setitem(registry.BUILTIN_TASKS, "toy_count", "tests.toy_count_task:ToyCountTask")  # the line
+    assert "toy_count" in registry.runnable_tasks() and "toy_count" not in config.task_names()
+    out = tmp_path / "run"
+    torch.manual_seed(0)
+    assert tasks_main(["toy_count", *toy_argv(out)]) == 0
+    assert registry.get_task("toy_count") is ToyCountTask and "toy_frames" in config.MODEL_KEYS
+    assert [r["step"] for r in read_metrics(str(out / "log" / "metrics.jsonl"), "valid")] == [2, 4]
+    registry.load_builtin_tasks()  # what python -m src.config does before it writes the reference
+    assert "| `toy_frames` | int | `3` | >= 1 | toy_count |" in config_reference_markdown()
+    capsys.readouterr()
+    assert tasks_main(["toy_countt"]) == 2
+    assert "task 'toy_countt' is not a task; known: retrieval|" in capsys.readouterr().err
+
+
+def test_the_product_entry_runs_a_task_by_name(tmp_path):
+    """``python -m src.tasks NAME --help`` beside ClipBERT's script path: the same parser."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    runs = {argv[0]: subprocess.run([sys.executable, *argv, "--help"], cwd=tmp_path, env=env,
+                                    capture_output=True, text=True, timeout=120)
+            for argv in (["-m", "src.tasks", "video_qa"], [str(REPO / "src" / "tasks" / "run_video_qa.py")])}
+    for p in runs.values():
+        assert p.returncode == 0 and "--ans2label_path" in p.stdout, p.stderr[-2000:]
+    usage = subprocess.run([sys.executable, "-m", "src.tasks"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert usage.returncode == 2 and "NAME: retrieval|msrvtt_mc|video_qa|vqa|pretrain" in usage.stderr
+
+
 def test_register_refuses_a_class_without_name_or_matching_spec():
     class NoName(ToyCountTask):
         name = ""
-    with pytest.raises(config.ConfigError, match="NoName: set name"):
+    with pytest.raises(config.ConfigError, match="NoName: set spec"):
         registry.register(NoName)
-    with pytest.raises(config.ConfigError, match="unknown task 'nope'"):
+    with pytest.raises(config.ConfigError, match="task 'nope' is not a task"):
         registry.get_task("nope")
     with pytest.raises(config.ConfigError, match="task 'shared' has options but no task class"):
         registry.get_task("shared")
@@ -123,16 +163,15 @@ def test_recipe_cites_only_what_exists():
     the task it says to copy can train (its class has a dataset builder)."""
     text = RECIPE.read_text()
     cited = set(re.findall(r"`((?:src|tests)/[\w/]+\.py)`", text))
-    new = {"src/config/options_captioning.py", "src/tasks/run_captioning.py",
-           "src/datasets/build_captioning.py"}  # the example's files, to be written by the reader
+    new = {"src/tasks/run_captioning.py", "src/datasets/build_captioning.py"}  # the example's, to be written
     missing = sorted(p for p in cited - new if not (REPO / p).is_file())
     assert not missing, f"the recipe cites files that do not exist: {missing}"
     assert not any((REPO / p).exists() for p in new), "the recipe's example files must stay hypothetical"
-    common = "src/tasks/common.py"
-    for name, where in [("BUILTIN_TASKS", "src/config/tasks.py"), ("ClipBertTask", common),
-                        ("def build_head", common), ("def val_data", common),
-                        ("def prepare_inference", common), ("def write_inference_outputs", common),
-                        ("entry", "src/config/task_spec.py"),
+    base, inference = "src/tasks/base.py", "src/tasks/inference_io.py"
+    for name, where in [("BUILTIN_TASKS", "src/tasks/registry.py"), ("ClipBertTask", base),
+                        ("def build_head", base), ("def val_data", base),
+                        ("def prepare_inference", inference), ("def write_inference_outputs", inference),
+                        ("spec:", "src/training/task.py"), ("class TaskSpec", "src/config/task_spec.py"),
                         ("def register", "src/tasks/registry.py"), ("def get_task", "src/tasks/registry.py"),
                         ("def all_gather_list", "src/utils/distributed.py")]:
         assert name in (REPO / where).read_text(), (name, where)

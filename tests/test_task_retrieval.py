@@ -12,7 +12,8 @@ import torch
 
 from src.config import parse_args
 from src.datasets.loaders import PrefetchLoader
-from src.tasks.common import forward_clips, main
+from src.tasks.base import forward_clips
+from src.tasks.entry import main
 from src.tasks.run_msrvtt_mc import MSRVTTMCTask
 from src.tasks.run_video_retrieval import RetrievalTask, retrieval_shard
 from src.training.engine import Trainer

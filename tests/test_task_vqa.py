@@ -21,7 +21,7 @@ from src.datasets.dataset_vqa import (
 from src.datasets.decoder import VideoDecodeError
 from src.evaluation.vqa import eval_vqa, vqa_scores
 from src.modeling.heads import QAHead
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.tasks.run_vqa import VQATask, vqa_loss
 from src.training.engine import Trainer
 from tests.conftest import requires_horovod

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from src.tasks.common import main
+from src.tasks.entry import main
 from tests import mp_utils
 from tests.toy_task import ToyTask, toy_argv
 

@@ -13,7 +13,8 @@ from torch.utils.data import Dataset
 
 from src.config import ConfigError, Option, TaskSpec
 from src.modeling.heads import QAHead
-from src.tasks.common import ClipBertTask, forward_clips, main
+from src.tasks.base import ClipBertTask, forward_clips
+from src.tasks.entry import main
 
 TOY_OPTIONS = [
     Option("toy_frames", int, 3, "frames per synthetic clip; the label is the number of bright ones",
@@ -30,7 +31,7 @@ def _toy_post(cfg, _notices):
     cfg.task_type = "toy_count"
 
 
-TOY_COUNT = TaskSpec("toy_count", TOY_OPTIONS, _toy_post, entry="tests.toy_count_task:ToyCountTask")
+TOY_COUNT = TaskSpec("toy_count", TOY_OPTIONS, _toy_post)
 
 
 class ToyClips(Dataset):
@@ -57,8 +58,8 @@ def collate(items):
 
 
 class ToyCountTask(ClipBertTask):
-    config = TOY_COUNT
-    name = config.name
+    spec = TOY_COUNT
+    name = spec.name
     main_metric = "acc"
 
     def build_head(self, cfg):

@@ -105,7 +105,7 @@ TOY_DEFAULTS = {"train_batch_size": 4, "num_train_epochs": 2, "learning_rate": 1
 
 
 def toy_argv(output_dir, **overrides):
-    """The command line of :func:`toy_cfg` (for ``src.tasks.common.main("shared", ...)``)."""
+    """The command line of :func:`toy_cfg` (for ``src.tasks.entry.main("shared", ...)``)."""
     base = {"output_dir": str(output_dir), **TOY_DEFAULTS,
             "dist_backend": os.environ.get("TOY_DIST_BACKEND", "auto")}
     base.update(overrides)

@@ -1,5 +1,6 @@
 """ClipBERT's options (shared, retrieval, video QA) with their post-parse rules, declared as the task specs
-``SHARED``, ``RETRIEVAL``, ``MSRVTT_MC`` and ``VIDEO_QA`` (registered by ``src.config.tasks``)."""
+``SHARED``, ``RETRIEVAL``, ``MSRVTT_MC`` and ``VIDEO_QA`` (known to the parser through ``src.config.tasks``;
+their task classes carry them: ``src.tasks.run_*``)."""
 import functools
 import json
 import os
@@ -309,8 +310,6 @@ def _video_qa_post(cfg: Config, _notices: list) -> None:
 
 
 SHARED = TaskSpec("shared", SHARED_OPTIONS, _shared_post, parent=None)
-RETRIEVAL = TaskSpec("retrieval", RETRIEVAL_OPTIONS, _retrieval_post,
-                     entry="src.tasks.run_video_retrieval:RetrievalTask")
-MSRVTT_MC = TaskSpec("msrvtt_mc", [], _mc_post, parent="retrieval",
-                     entry="src.tasks.run_msrvtt_mc:MSRVTTMCTask")
-VIDEO_QA = TaskSpec("video_qa", VIDEO_QA_OPTIONS, _video_qa_post, entry="src.tasks.run_video_qa:VideoQATask")
+RETRIEVAL = TaskSpec("retrieval", RETRIEVAL_OPTIONS, _retrieval_post)
+MSRVTT_MC = TaskSpec("msrvtt_mc", [], _mc_post, parent="retrieval")
+VIDEO_QA = TaskSpec("video_qa", VIDEO_QA_OPTIONS, _video_qa_post)

@@ -1,5 +1,5 @@
 """ClipBERT's image-text pretraining options (``get_pretraining_args``); declared as the task spec
-``PRETRAIN`` (registered by ``src.config.tasks``). The shared schema accepts the same keys as no-ops for
+``PRETRAIN`` (its task class carries it). The shared schema accepts the same keys as no-ops for
 configs that carry them; here they act. ``pixel_random_sampling_size`` is a shared option: every task's
 training applies it."""
 from src.config.schema import Config, ConfigError
@@ -30,4 +30,4 @@ def _pretrain_post(cfg: Config, notices: list) -> None:
     cfg.task_type = "pretrain"
 
 
-PRETRAIN = TaskSpec("pretrain", PRETRAIN_OPTIONS, _pretrain_post, entry="src.tasks.run_pretrain:PretrainTask")
+PRETRAIN = TaskSpec("pretrain", PRETRAIN_OPTIONS, _pretrain_post)

@@ -1,5 +1,5 @@
 """ClipBERT's VQA options (``get_vqa_args``) and their post-parse rule; declared as the task spec ``VQA``
-(registered by ``src.config.tasks``). Kept apart from ``options.py`` so each task's keys sit with its rule."""
+(its task class carries it). Kept apart from ``options.py`` so each task's keys sit with its rule."""
 
 from src.config.options import load_ans2label
 from src.config.schema import Config, ConfigError
@@ -34,4 +34,4 @@ def _vqa_post(cfg: Config, _notices: list) -> None:
     cfg.num_labels = len(load_ans2label(cfg.ans2label_path))
 
 
-VQA = TaskSpec("vqa", VQA_OPTIONS, _vqa_post, entry="src.tasks.run_vqa:VQATask")
+VQA = TaskSpec("vqa", VQA_OPTIONS, _vqa_post)

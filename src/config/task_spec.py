@@ -1,10 +1,10 @@
 """What the config layer knows of a task: its name, its options and its post-parse rule.
 
-A :class:`TaskSpec` is plain data, so option modules can declare one without registering anything
-(no import side effects); ``src.config.tasks`` keeps the registry. The task object itself (a
-``src.training.task.Task`` subclass with dataset builder, head and evaluator) lives in the task layer,
-which the config layer must not import: a spec names it as a string, ``entry = "module:Class"``, which
-``src.tasks.registry.get_task`` imports when first asked for (a lazy registration).
+A :class:`TaskSpec` is plain data, declared beside what it configures: a task class carries its spec
+(``Task.spec``); ClipBERT's built-in tasks declare theirs in ``src.config.options*`` because layers below
+the tasks (the dataset builders, the model builder, inference) read their options. ``src.config.tasks``
+keeps the specs the parser knows; the task classes are the task layer's (``src.tasks.registry``), which
+the config layer does not import.
 """
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,10 +20,8 @@ PostParse = Callable[[Config, list], None]
 @dataclass
 class TaskSpec:
     """A task's config: ``options`` are added to the ``parent``'s (``None``: the root, ``shared``);
-    ``post_parse`` runs after the parent's rules; ``entry`` is the task class, ``"module:Class"``
-    (``None`` for a spec that only others build on, such as ``shared``)."""
+    ``post_parse`` runs after the parent's rules."""
     name: str
     options: list[Option] = field(default_factory=list)
     post_parse: Optional[PostParse] = None
     parent: Optional[str] = "shared"
-    entry: Optional[str] = None

@@ -1,10 +1,11 @@
-"""The task registry of the config layer: each task's options (added to its parent's) and post-parse rule.
+"""The specs the parser knows: each task's options (added to its parent's) and post-parse rule.
 
-The built-in tasks are listed once, in :data:`BUILTIN_TASKS` (adding a task's spec there is its one
-registration; its ``entry`` names the task class, which ``src.tasks.registry`` imports on demand). At
-run time a task registers its :class:`~src.config.task_spec.TaskSpec` with :func:`register_task` (the
-task layer's ``src.tasks.registry.register`` does it for a whole task class). Everything that needs
-"all options" iterates this registry: the parser, the config reference (:func:`documented_tasks`), the
+This is the config layer's half of the task registry. It starts with ClipBERT's specs
+(:data:`CONFIG_SPECS`: their options are read below the task layer, by the dataset and model builders
+and by inference, so they are declared in ``src.config.options*``); the task layer's registry
+(``src.tasks.registry``: the one list of built-in task classes, and ``register`` for a plugin) adds the
+spec of every task class it loads with :func:`register_task`. Everything that needs "all options"
+iterates the specs known here: the parser, the config reference (:func:`documented_tasks`), the
 generated key sets (:func:`model_keys`, :func:`runtime_keys`) and the schema tests.
 """
 from collections.abc import Iterable, Mapping
@@ -16,9 +17,9 @@ from src.config.options_vqa import VQA
 from src.config.schema import Config, ConfigError, Option
 from src.config.task_spec import PostParse, TaskSpec
 
-BUILTIN_TASKS = (SHARED, RETRIEVAL, MSRVTT_MC, VIDEO_QA, VQA, PRETRAIN)
+CONFIG_SPECS = (SHARED, RETRIEVAL, MSRVTT_MC, VIDEO_QA, VQA, PRETRAIN)
 
-_TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in BUILTIN_TASKS}
+_SPECS: dict[str, TaskSpec] = {spec.name: spec for spec in CONFIG_SPECS}
 
 
 def register_task(spec: Union[TaskSpec, str], options: Iterable[Option] = (),
@@ -26,32 +27,33 @@ def register_task(spec: Union[TaskSpec, str], options: Iterable[Option] = (),
     """Add a task's config: a :class:`TaskSpec`, or its fields (``name, options, post_parse, parent``).
 
     Its options are added to the parent's; ``post_parse(cfg, notices)`` runs after the parent's rules.
-    Registering a name again replaces the earlier spec (a re-imported entry-point module)."""
+    Registering a name again replaces the earlier spec (an entry point run as a script carries the
+    spec again)."""
     if isinstance(spec, str):
         spec = TaskSpec(spec, list(options), post_parse, parent)
-    if spec.parent is not None and spec.parent not in _TASKS:
+    if spec.parent is not None and spec.parent not in _SPECS:
         raise ConfigError(f"task {spec.name!r}: parent {spec.parent!r} is not registered; known: "
-                          f"{'|'.join(sorted(_TASKS))}")
-    _TASKS[spec.name] = spec
+                          f"{'|'.join(sorted(_SPECS))}")
+    _SPECS[spec.name] = spec
     return spec
 
 
 def task_spec(task: str) -> TaskSpec:
     """The registered spec of ``task``."""
-    if task not in _TASKS:
-        raise ConfigError(f"unknown task {task!r}; known: {'|'.join(sorted(_TASKS))}")
-    return _TASKS[task]
+    if task not in _SPECS:
+        raise ConfigError(f"unknown task {task!r}; known: {'|'.join(sorted(_SPECS))}")
+    return _SPECS[task]
 
 
 def task_names() -> list[str]:
-    """Every registered task, in registration order (the built-in ones first)."""
-    return list(_TASKS)
+    """Every known spec's name, in registration order (ClipBERT's first)."""
+    return list(_SPECS)
 
 
 def documented_tasks() -> list[str]:
     """The tasks the config reference has a column entry for: those adding options of their own (the
     root ``shared`` and option-less children such as ``msrvtt_mc`` show through them)."""
-    return [n for n, s in _TASKS.items() if s.parent is not None and s.options]
+    return [n for n, s in _SPECS.items() if s.parent is not None and s.options]
 
 
 def task_options(task: str) -> dict[str, Option]:
@@ -65,14 +67,14 @@ def task_options(task: str) -> dict[str, Option]:
 
 def post_parse_chain(task: str) -> list[PostParse]:
     """The post-parse rules of ``task``, its ancestors' first."""
-    spec = _TASKS[task]
+    spec = _SPECS[task]
     chain = post_parse_chain(spec.parent) if spec.parent else []
     return chain + ([spec.post_parse] if spec.post_parse else [])
 
 
 def all_options() -> list[Option]:
     """Every option of every registered task (a name defined by several tasks appears once per task)."""
-    return [o for spec in _TASKS.values() for o in spec.options]
+    return [o for spec in _SPECS.values() for o in spec.options]
 
 
 DERIVED_MODEL_KEYS = ("task_type",)

@@ -1,6 +1,6 @@
 """The loader wrapper of the video tasks: batches moved to the device and normalised there, bad videos
 reported. The DataLoaders themselves are built by the engine (training: ``src.training.data``) and by
-``src.tasks.common`` (evaluation), with the settings of ``src.utils.loader_workers.loader_settings``."""
+``src.tasks.base`` (evaluation), with the settings of ``src.utils.loader_workers.loader_settings``."""
 import logging
 
 import torch

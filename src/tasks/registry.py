@@ -1,52 +1,66 @@
-"""The task registry of the task layer: name -> task class, the object that is the whole task.
+"""The task registry: name -> task class, the object that is the whole task (the product's entry asks it).
 
 A task is its :class:`~src.training.task.Task` subclass (usually through ``ClipBertTask``), declaring
 
-* ``name``: the registered name (``main`` parses its config with it),
-* ``config``: its :class:`~src.config.TaskSpec` (options, each flagged ``model``/``runtime`` where it
-  applies, the post-parse rule, and ``entry``: this class as ``"module:Class"``),
+* ``spec``: its :class:`~src.config.TaskSpec` (name, options each flagged ``model``/``runtime`` where it
+  applies, the post-parse rule), beside the class, and ``name = spec.name``;
 * ``build_train_data`` (dataset builder), ``build_head`` (the head on the ClipBERT model; or its own
   ``build_model``), ``evaluate`` (validation metrics) and ``run_inference``.
 
-The config layer keeps the specs (``src.config.tasks``: parser, config reference, generated
-``MODEL_KEYS``/``RUNTIME_KEYS``, schema tests iterate it) and must not import this layer, so a
-built-in task is found through its spec's ``entry`` and imported when first asked for; an entry point
-run as a script (``python src/tasks/run_x.py``) therefore never imports this module. :func:`register`
-adds a task at run time (a plugin, a test): one call registers the class and its spec.
+The built-in tasks are :data:`BUILTIN_TASKS`, one line each: adding a built-in task is its file plus one
+line there. A class is imported when its name is first asked for (an entry point run as a script,
+``python src/tasks/run_x.py``, imports only its own), and looking it up registers its spec with the
+parser (``src.config.register_task``), so its options, ``MODEL_KEYS``/``RUNTIME_KEYS`` and the config
+reference follow. :func:`register` adds a task at run time (a plugin, a test): one call.
+The product's entries ask this registry: ``python -m src.tasks NAME ...`` (``src/tasks/__main__.py``)
+and :func:`src.tasks.entry.main`, which ClipBERT's script paths call with their class.
 """
 import importlib
 
-from src.config import ConfigError, register_task
-from src.config.tasks import task_names, task_spec
+from src.config import ConfigError, register_task, task_names
 from src.training.task import Task
 
-_TASKS: dict[str, type[Task]] = {}
+BUILTIN_TASKS = {
+    "retrieval": "src.tasks.run_video_retrieval:RetrievalTask",
+    "msrvtt_mc": "src.tasks.run_msrvtt_mc:MSRVTTMCTask",
+    "video_qa": "src.tasks.run_video_qa:VideoQATask",
+    "vqa": "src.tasks.run_vqa:VQATask",
+    "pretrain": "src.tasks.run_pretrain:PretrainTask",
+}
+"""name -> ``"module:Class"`` of every built-in task."""
+
+_CLASSES: dict[str, type[Task]] = {}  # the classes looked up or registered in this process
 
 
 def register(task_cls: type[Task]) -> type[Task]:
-    """Register a task class and its config spec (usable as a class decorator); returns the class."""
-    name, spec = getattr(task_cls, "name", ""), getattr(task_cls, "config", None)
+    """Register a task class and its spec (usable as a class decorator); returns the class. Registering a
+    name again replaces the earlier class (an entry point run as a script holds its own copy)."""
+    name, spec = getattr(task_cls, "name", ""), getattr(task_cls, "spec", None)
     if not name or spec is None or spec.name != name:
-        raise ConfigError(f"task class {task_cls.__qualname__}: set name = '...' and config = TaskSpec(name, "
-                          f"options, post_parse) with the same name (got name={name!r}, "
-                          f"config={getattr(spec, 'name', spec)!r})")
+        raise ConfigError(f"task class {task_cls.__qualname__}: set spec = TaskSpec(name, options, "
+                          f"post_parse) and name = spec.name (got name={name!r}, "
+                          f"spec={getattr(spec, 'name', spec)!r})")
     register_task(spec)
-    _TASKS[name] = task_cls
+    _CLASSES[name] = task_cls
     return task_cls
 
 
 def get_task(name: str) -> type[Task]:
-    """The task class registered as ``name`` (a built-in one is imported from its spec's ``entry``)."""
-    if name not in _TASKS:
-        entry = task_spec(name).entry
-        if not entry:
-            raise ConfigError(f"task {name!r} has options but no task class (its TaskSpec has no entry); "
-                              f"known: {'|'.join(runnable_tasks())}")
-        module, cls = entry.split(":")
-        _TASKS[name] = getattr(importlib.import_module(module), cls)
-    return _TASKS[name]
+    """The task class registered as ``name``; a built-in one is imported and registered when first asked."""
+    if name not in _CLASSES:
+        if name not in BUILTIN_TASKS:
+            what = "has options but no task class" if name in task_names() else "is not a task"
+            raise ConfigError(f"task {name!r} {what}; known: {'|'.join(runnable_tasks())}")
+        module, cls = BUILTIN_TASKS[name].split(":")
+        register(getattr(importlib.import_module(module), cls))
+    return _CLASSES[name]
 
 
 def runnable_tasks() -> list[str]:
-    """The names of every task with a task class (``shared`` and other bases are left out)."""
-    return [n for n in task_names() if n in _TASKS or task_spec(n).entry]
+    """The names of every task with a task class: the built-in ones, then those registered at run time."""
+    return list(dict.fromkeys([*BUILTIN_TASKS, *_CLASSES]))
+
+
+def load_builtin_tasks() -> list[type[Task]]:
+    """Every built-in task class (imported and registered): what needs them all (the config reference)."""
+    return [get_task(name) for name in BUILTIN_TASKS]

@@ -20,15 +20,9 @@ from src.config.options import MSRVTT_MC
 from src.datasets.build import build_mc_dataset
 from src.datasets.dataset_mc import N_OPTIONS
 from src.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions, mc_predict
-from src.tasks.common import (
-    ClipBertTask,
-    clip_logits,
-    gather_bad_videos,
-    main,
-    progress_over,
-    skipped_videos_report,
-    unwrap_model,
-)
+from src.tasks.bad_videos import gather_bad_videos, skipped_videos_report
+from src.tasks.base import ClipBertTask, clip_logits, progress_over, unwrap_model
+from src.tasks.entry import main
 from src.tasks.run_video_retrieval import retrieval_head
 
 logger = logging.getLogger(__name__)
@@ -36,8 +30,8 @@ logger = logging.getLogger(__name__)
 
 class MSRVTTMCTask(ClipBertTask):
     """Multiple choice by retrieval scores; inference only (no training data, no validation)."""
-    config = MSRVTT_MC
-    name = config.name
+    spec = MSRVTT_MC
+    name = spec.name
     main_metric = "mc_accuracy"
 
     def build_head(self, cfg):

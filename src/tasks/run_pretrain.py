@@ -17,7 +17,8 @@ import torch
 from src.config.options_pretrain import PRETRAIN
 from src.datasets.build_pretrain import build_pretrain_datasets
 from src.modeling.pretrain import build_pretrain_model
-from src.tasks.common import ClipBertTask, main, progress_over, unwrap_model
+from src.tasks.base import ClipBertTask, progress_over, unwrap_model
+from src.tasks.entry import main
 from src.utils.distributed import all_gather_list
 
 # per validation dataset: summed losses and counts, so every rank's share weighs by its size
@@ -26,8 +27,8 @@ _SUMS = ("mlm_loss_sum", "mlm_correct", "mlm_total", "itm_loss_sum", "itm_correc
 
 class PretrainTask(ClipBertTask):
     """MLM + ITM pretraining: its own model (the pretraining heads) instead of a task head."""
-    config = PRETRAIN
-    name = config.name
+    spec = PRETRAIN
+    name = spec.name
     main_metric = "loss"
 
     def build_model(self, cfg):

@@ -36,14 +36,9 @@ from src.datasets.dataset_video_qa import MC_QA, OPEN_ENDED_QA
 from src.evaluation.predictions import finite_argmax
 from src.evaluation.qa import QA_ANSWER_TYPES, eval_qa, gather_qa_results, qa_scores
 from src.modeling.heads import MultipleChoiceHead, QAHead, aggregate_clip_logits, lse_loss
-from src.tasks.common import (
-    ClipBertTask,
-    forward_clips,
-    gather_bad_videos,
-    main,
-    progress_over,
-    skipped_videos_report,
-)
+from src.tasks.bad_videos import gather_bad_videos, skipped_videos_report
+from src.tasks.base import ClipBertTask, forward_clips, progress_over
+from src.tasks.entry import main
 from src.training.inference import write_rank_outputs
 from src.utils.distributed import all_gather_list
 
@@ -52,8 +47,8 @@ logger = logging.getLogger(__name__)
 
 class VideoQATask(ClipBertTask):
     """The engine's Task for frameqa / msrvtt_qa (open-ended) and action / transition (5-way)."""
-    config = VIDEO_QA
-    name = config.name
+    spec = VIDEO_QA
+    name = spec.name
     main_metric = "overall_acc"
 
     def build_head(self, cfg):

@@ -29,15 +29,9 @@ from src.config.options import RETRIEVAL
 from src.datasets.build import build_retrieval_datasets
 from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results, retrieval_coverage, with_rsum
 from src.modeling.heads import RetrievalHead
-from src.tasks.common import (
-    ClipBertTask,
-    clip_logits,
-    gather_bad_videos,
-    main,
-    progress_over,
-    skipped_videos_report,
-    unwrap_model,
-)
+from src.tasks.bad_videos import gather_bad_videos, skipped_videos_report
+from src.tasks.base import ClipBertTask, clip_logits, progress_over, unwrap_model
+from src.tasks.entry import main
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +80,8 @@ def retrieval_head(cfg):
 
 class RetrievalTask(ClipBertTask):
     """Text-to-video retrieval: the task to copy for a new task that trains (docs/adding_a_task.md)."""
-    config = RETRIEVAL
-    name = config.name
+    spec = RETRIEVAL
+    name = spec.name
     main_metric = "text2video_r1"
 
     def build_head(self, cfg):

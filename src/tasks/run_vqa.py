@@ -33,13 +33,9 @@ from src.evaluation.predictions import finite_argmax
 from src.evaluation.qa import gather_qa_results
 from src.evaluation.vqa import eval_vqa, vqa_scores
 from src.modeling.heads import QAHead
-from src.tasks.common import (
-    ClipBertTask,
-    gather_bad_videos,
-    main,
-    progress_over,
-    skipped_videos_report,
-)
+from src.tasks.bad_videos import gather_bad_videos, skipped_videos_report
+from src.tasks.base import ClipBertTask, progress_over
+from src.tasks.entry import main
 from src.training.inference import inference_result_dir
 from src.utils.distributed import all_gather_list
 
@@ -53,8 +49,8 @@ def vqa_loss(logits, targets):
 
 class VQATask(ClipBertTask):
     """The engine's Task for VQA: images through the video pipeline as 1-frame clips."""
-    config = VQA
-    name = config.name
+    spec = VQA
+    name = spec.name
     main_metric = "overall_acc"
 
     def build_head(self, cfg):

@@ -28,7 +28,9 @@ from src.config import parse_args_or_exit
 from src.datasets.build import build_retrieval_datasets
 from src.datasets.dataset_video_qa import OPEN_ENDED_QA
 from src.modeling.heads import aggregate_clip_logits
-from src.tasks.common import forward_clips, gather_bad_videos, limit_cpu_threads, progress_over
+from src.tasks.bad_videos import gather_bad_videos
+from src.tasks.base import forward_clips, progress_over
+from src.tasks.cpu import limit_cpu_threads
 from src.tasks.run_video_qa import VideoQATask, label2ans_for
 from src.tasks.run_video_retrieval import RetrievalTask, score_retrieval
 from src.utils.errors import UserError, one_line

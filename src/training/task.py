@@ -1,9 +1,10 @@
 """What a task supplies to the engine: model, training data, loss, evaluation (and optional hooks).
 
 ClipBERT copied its training loop into every ``run_*.py``; here a task script subclasses :class:`Task`
-(usually through ``src.tasks.common.ClipBertTask``) and the one engine (``src.training.engine``) does
-the rest. A task that ``src.tasks.registry.register`` records also declares ``name`` and ``config``
-(its options); see docs/adding_a_task.md.
+(usually through ``src.tasks.base.ClipBertTask``) and the one engine (``src.training.engine``) does
+the rest. A task in the registry (``src.tasks.registry``) also declares its ``spec`` (a
+``src.config.TaskSpec``: name, options, post-parse rule) and ``name = spec.name``; see
+docs/adding_a_task.md.
 
 Interface parameters an implementation does not use are named with a leading underscore there
 (``def build_hooks(self, _cfg)``): ruff's unused-argument rules (ARG) accept them, and the engine
@@ -44,13 +45,13 @@ class Task:
     """Override the methods marked *required*.
 
     ``main_metric``: key of :meth:`evaluate`'s (flattened) result used for the best checkpoint and
-    early stopping when ``cfg.best_metric`` is unset. ``name`` and ``config`` (a
-    :class:`~src.config.TaskSpec`): the registered name and options (src.tasks.registry).
+    early stopping when ``cfg.best_metric`` is unset. ``spec`` (a :class:`~src.config.TaskSpec`) and
+    ``name = spec.name``: the task's options and its registered name (src.tasks.registry).
     """
 
     main_metric = "loss"
     name: str = ""
-    config: TaskSpec | None = None
+    spec: TaskSpec | None = None
 
     def build_model(self, cfg) -> torch.nn.Module:  # required
         """The model; the engine moves it to the device."""

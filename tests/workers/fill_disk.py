@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.training.contracts import Hook
 from tests.toy_task import ToyTask, toy_argv
 

@@ -1,7 +1,7 @@
 """Send a real signal to one rank at a step:
 ``signal_stop.py OUT_DIR RANK STEP SIGNAL [N_SIGNALS [--option value ...]]``.
 
-Runs the toy task through the real entry point (``src.tasks.common.main``, so the exit status is the
+Runs the toy task through the real entry point (``src.tasks.entry.main``, so the exit status is the
 one a launcher sees). The signal goes to one rank only (as when a scheduler signals one node first);
 every rank must still stop at the same step. ``N_SIGNALS`` 2 sends it twice (= stop now).
 """
@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.training.contracts import Hook
 from tests.toy_task import ToyTask, toy_argv
 

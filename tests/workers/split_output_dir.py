@@ -7,7 +7,7 @@ import sys
 import torch
 
 import src.compat.hvd as hvd
-from src.tasks.common import main
+from src.tasks.entry import main
 from tests.toy_task import ToyTask, toy_argv
 
 torch.set_num_threads(1)

@@ -13,7 +13,7 @@ import time
 import torch
 
 import src.compat.hvd as hvd
-from src.tasks.common import main
+from src.tasks.entry import main
 from src.training.contracts import Hook
 from tests.toy_task import ToyTask, toy_argv
 
