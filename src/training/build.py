@@ -325,15 +325,17 @@ def close_outputs(outputs: Outputs | None, raise_errors: bool) -> None:
     logged, not raised: the first error is the one to report."""
     if outputs is None:
         return
-    try:
-        for w in outputs.writers:
+    errors = []
+    for w in outputs.writers:  # every writer, even after one failed (each holds its own file)
+        try:
             w.close()
-    except UserError as e:
-        if raise_errors:
-            raise
+        except UserError as e:
+            errors.append(e)
+    if outputs.log_handler is not None:
+        remove_log_file(outputs.log_handler)
+    if outputs.run_dir is not None:
+        outputs.run_dir.release()
+    if errors and raise_errors:
+        raise errors[0]
+    for e in errors:
         logger.warning("%s", e)
-    finally:
-        if outputs.log_handler is not None:
-            remove_log_file(outputs.log_handler)
-        if outputs.run_dir is not None:
-            outputs.run_dir.release()
