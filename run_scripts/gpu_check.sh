@@ -20,4 +20,4 @@ if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"; elif [ -x "$venv_py" ]; then PY="$ve
 # the checkout importable without `pip install -e .`, and benchmarks/ for the parts' shared workers
 export PYTHONPATH="$REPO:$REPO/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-exec "$PY" "$REPO/benchmarks/gpu_check.py" "$@"
+exec "$PY" "$REPO/tools/gpu_check.py" "$@"

@@ -1,4 +1,4 @@
-"""benchmarks/amp_oracle.py (real apex.amp vs ours on a GPU) cannot rot: its CPU dry run runs here as a
+"""tools/amp_oracle.py (real apex.amp vs ours on a GPU) cannot rot: its CPU dry run runs here as a
 subprocess and its JSON is checked, and the comparison and scaler-rule checks are shown to catch
 a wrong trajectory, a different skip and weights outside the tolerance."""
 import copy
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO, "benchmarks", "amp_oracle.py")
+SCRIPT = os.path.join(REPO, "tools", "amp_oracle.py")
 _spec = importlib.util.spec_from_file_location("amp_oracle", SCRIPT)  # a script, not a package module
 amp_oracle = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(amp_oracle)

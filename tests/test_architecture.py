@@ -137,7 +137,7 @@ def test_function_and_file_sizes():
     assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
 
 
-@pytest.mark.parametrize("top", ["src", "tests", "benchmarks"])
+@pytest.mark.parametrize("top", ["src", "tests", "benchmarks", "tools"])
 def test_no_sys_path_shims(top):
     """The project is installed (pip install -e .): nothing edits sys.path to find it."""
     offenders = []
@@ -176,7 +176,7 @@ def test_docstrings_cite_nothing_outside_the_repository():
     """No docstring points at spec files that ship elsewhere ("reference spec §6", "apex_amp_legacy.md")."""
     needles = ("reference spec", "apex_amp_legacy", "clipbert_reference", "field_notes", "shared/specs")
     offenders = []
-    for top in ("src", "tests", "benchmarks"):
+    for top in ("src", "tests", "benchmarks", "tools"):
         for f in (REPO / top).rglob("*.py"):
             if f == Path(__file__).resolve():
                 continue

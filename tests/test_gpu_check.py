@@ -1,4 +1,4 @@
-"""The GPU check's driver (benchmarks/gpu_check.py) on its own, in seconds: what it keeps when a part
+"""The GPU check's driver (tools/gpu_check.py) on its own, in seconds: what it keeps when a part
 fails or runs out of time, the overall budget, the bundle install that replaces nothing, the summary of
 partial files, and which tests count as GPU tests. The whole check on a stand-in node:
 tests/test_gpu_check_node.py."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH = REPO / "benchmarks"
+TOOLS = REPO / "tools"
 
 
 def _load(name, path):
@@ -25,14 +25,14 @@ def _load(name, path):
 
 @pytest.fixture
 def driver(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))  # its helpers sit beside it, as when run as a script
-    return _load("gpu_check", BENCH / "gpu_check.py")
+    monkeypatch.syspath_prepend(str(TOOLS))  # its helpers sit beside it, as when run as a script
+    return _load("gpu_check", TOOLS / "gpu_check.py")
 
 
 @pytest.fixture
 def cuda_tests(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH / "gpu_check_parts"))
-    return _load("cuda_tests_part", BENCH / "gpu_check_parts" / "cuda_tests_part.py")
+    monkeypatch.syspath_prepend(str(TOOLS / "gpu_check_parts"))
+    return _load("cuda_tests_part", TOOLS / "gpu_check_parts" / "cuda_tests_part.py")
 
 
 def test_a_part_that_times_out_keeps_its_figures_and_records_the_error(driver, tmp_path):

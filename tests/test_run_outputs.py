@@ -1,6 +1,7 @@
 """What a run shows and leaves behind: progress that reads well under launchers, the DataLoader worker
 default, log/metrics.jsonl (kept consistent across a resume), the curves PNG, checkpoint retention."""
 import functools
+import importlib.util
 import io
 import json
 
@@ -9,11 +10,15 @@ import pytest
 from src.tasks.entry import main
 from src.training.checkpoint import checkpoints_to_keep
 from src.training.metrics_log import read_metrics
-from src.training.plot import main as plot_main
 from src.utils import device
 from src.utils.progress import Progress, progress_mode
 from tests import mp_utils
 from tests.toy_task import ToyTask, toy_argv
+
+_spec = importlib.util.spec_from_file_location("plot", mp_utils.REPO / "tools" / "plot.py")  # a script
+plot = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plot)
+plot_main = plot.main
 
 
 class FakeTTY(io.StringIO):

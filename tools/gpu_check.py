@@ -19,7 +19,7 @@ bundle (run_scripts/gpu_bundle.sh) is installed into this python with ``pip --no
 wheel per package this python lacks (nothing installed is replaced).
 This file uses only the standard library: it must run before anything is installed.
 
-    python benchmarks/gpu_check.py [--cpu-dry-run] [--out DIR] [--bundle DIR] [--parts env,amp_o2,...]
+    python tools/gpu_check.py [--cpu-dry-run] [--out DIR] [--bundle DIR] [--parts env,amp_o2,...]
 """
 import argparse
 import json
@@ -35,7 +35,7 @@ import _gpu_check_report as report
 import _gpu_check_setup as setup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTS_DIR = os.path.join(REPO, "benchmarks", "gpu_check_parts")
+PARTS_DIR = os.path.join(REPO, "tools", "gpu_check_parts")
 # name, result file, budget in seconds (the most it may take; usually far less on an H100)
 PARTS = [("env", "1_env.json", 60), ("amp_o2", "2_amp_o2.json", 180), ("bf16", "3_bf16.json", 120),
          ("amp_oracle", "4_amp_oracle.json", 180), ("cuda_tests", "5_cuda_tests.json", 120),
@@ -57,7 +57,7 @@ def part_command(name: str, a, files: dict, timeout: float) -> list:
         return [py, os.path.join(parts, "precision_part.py"), *common, "--part", name, "--modes", *modes,
                 "--baseline", files["amp_o2"]]
     if name == "amp_oracle":
-        cmd = [py, os.path.join(REPO, "benchmarks", "amp_oracle.py"), "--out", os.path.join(a.work, "oracle"),
+        cmd = [py, os.path.join(REPO, "tools", "amp_oracle.py"), "--out", os.path.join(a.work, "oracle"),
                "--result", files[name], "--if-no-apex", "skip", "--skip-reason",
                "skipped: no apex wheel in the bundle", "--timeout", str(int(timeout))]
         wheel = setup.apex_wheel(a.bundle)

@@ -1,4 +1,4 @@
-"""Curves of a run as one PNG: ``python -m src.training.plot OUTPUT_DIR [--out FILE] [--metrics a b]``.
+"""Curves of a run as one PNG: ``python tools/plot.py OUTPUT_DIR [--out FILE] [--metrics a b]``.
 
 Reads ``OUTPUT_DIR/log/metrics.jsonl`` (src.training.metrics_log) and draws the training loss, the
 learning rates and the validation metrics against the step, for people who would rather look than

@@ -1,7 +1,7 @@
 """What every part of the GPU check shares: its settings, the device, and a result file written early.
 
-Each part is its own process (``python benchmarks/gpu_check_parts/<part>.py --result FILE [--cpu-dry-run]``)
-started by benchmarks/gpu_check.py. :class:`Result` rewrites FILE (atomically) every time the part has
+Each part is its own process (``python tools/gpu_check_parts/<part>.py --result FILE [--cpu-dry-run]``)
+started by tools/gpu_check.py. :class:`Result` rewrites FILE (atomically) every time the part has
 a new figure, so a part killed by its timeout still leaves what it had measured; the driver then adds
 the error. ``GPU_CHECK_FAIL_PART=<name>`` makes that part raise at its start (the CI test's forced
 failure: the other parts must still write their files).

@@ -32,8 +32,8 @@ used as is. Without one: exit 1, or with ``--if-no-apex skip`` a report with sta
 O2 runs first, then O1; the two sides of a level run in parallel (deterministic kernels, separate
 processes); the report (``--result``, default ``<out>/amp_oracle.json``) is rewritten after each level.
 
-    python benchmarks/amp_oracle.py --steps 300 [--out output/amp_oracle]   # needs CUDA + the wheel
-    python benchmarks/amp_oracle.py --cpu-dry-run                           # our side on CPU, seconds
+    python tools/amp_oracle.py --steps 300 [--out output/amp_oracle]   # needs CUDA + the wheel
+    python tools/amp_oracle.py --cpu-dry-run                           # our side on CPU, seconds
 
 ``--cpu-dry-run`` runs only our side on CPU (apex needs CUDA: its ``initialize`` rejects CPU tensors and
 its LossScaler allocates a ``torch.cuda.IntTensor``) for a few steps and checks what holds without an
@@ -54,7 +54,7 @@ import zipfile
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER = os.path.join(REPO, "benchmarks", "_amp_oracle_worker.py")
+WORKER = os.path.join(REPO, "tools", "_amp_oracle_worker.py")
 LEVELS = ("O2", "O1")  # O2 (ClipBERT's --fp16 1) first: it matters more
 LOSS_RTOL = GRAD_NORM_RTOL = 2.0 ** -10
 WEIGHT_ATOL = 1e-3
@@ -180,7 +180,8 @@ def run_side(level: str, backend: str, a, out_dir: str, extra_env: dict) -> subp
     env = {**os.environ, **extra_env, "AMP_BACKEND": backend}
     # the apex side's unpacked wheel first, then the checkout, then what the caller had (pip --target dirs)
     inherited = os.environ.get("PYTHONPATH")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_env.get("PYTHONPATH"), REPO, inherited) if p)
+    bench = os.path.join(REPO, "benchmarks")  # the worker's shared helpers (_bench_trainer_worker)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_env.get("PYTHONPATH"), REPO, bench, inherited) if p)
     cmd = [sys.executable, WORKER, "--opt-level", level, "--steps", str(a.steps), "--window", str(a.window),
            "--out", os.path.join(out_dir, f"{level}_{backend}.pt"), "--inject", *map(str, a.inject)]
     log = open(os.path.join(out_dir, f"{level}_{backend}.log"), "w")

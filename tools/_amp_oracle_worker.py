@@ -1,4 +1,4 @@
-"""One side of benchmarks/amp_oracle.py: train the tiny ClipBERT through ``src.training.engine.Trainer``
+"""One side of tools/amp_oracle.py: train the tiny ClipBERT through ``src.training.engine.Trainer``
 with amp (native or, under ``AMP_BACKEND=apex``, the real apex.amp) and save what the driver compares.
 
 A subprocess per side because the amp backend is module-level state chosen at ``amp.initialize``.
@@ -8,7 +8,7 @@ the scaler objects after ``initialize``, the same attribute in apex and here) so
 see the scale grow as well as halve. Everything else — accumulation, ``delay_unscale``, Horovod's
 ``synchronize``/``skip_synchronize``, clipping on ``master_params``, the skipped step — is the engine's.
 
-    python benchmarks/_amp_oracle_worker.py --opt-level O2 --steps 20 --window 3 --inject 2 7 --out side.pt
+    python tools/_amp_oracle_worker.py --opt-level O2 --steps 20 --window 3 --inject 2 7 --out side.pt
 """
 import argparse
 import copy

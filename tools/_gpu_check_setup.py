@@ -1,4 +1,4 @@
-"""What benchmarks/gpu_check.py prepares around the parts: the bundle's install and the Horovod build.
+"""What tools/gpu_check.py prepares around the parts: the bundle's install and the Horovod build.
 
 Standard library only (it runs before anything is installed).
 """
