@@ -89,3 +89,17 @@ def test_no_other_module_spells_an_owned_list_again():
                 written.setdefault(value, []).append(f"{f.relative_to(REPO)}:{line}")
     for value, owner in owned.items():
         assert len(written[value]) == 1 and written[value][0].startswith(owner + ":"), (value, written[value])
+
+
+def test_the_plot_draws_the_curves_the_tasks_name():
+    """tools/plot.py's default validation curves are the tasks' (no list of task metrics of its own)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("plot", REPO / "tools" / "plot.py")
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    from src.tasks.registry import load_builtin_tasks
+    names = plot.default_metrics()
+    assert names[:3] == ["text2video_r1", "video2text_r1", "rsum"]  # RetrievalTask.curve_metrics
+    assert {cls.main_metric for cls in load_builtin_tasks()} <= set(names)
+    assert set(names) == {"text2video_r1", "video2text_r1", "rsum", "mc_accuracy", "overall_acc", "loss"}
+    assert not [v for v, _ in _string_tuples(REPO / "tools" / "plot.py") if "overall_acc" in v]

@@ -3,7 +3,8 @@
 Reads ``OUTPUT_DIR/log/metrics.jsonl`` (src.training.metrics_log) and draws the training loss, the
 learning rates and the validation metrics against the step, for people who would rather look than
 read (tensorboard needs a server; this needs nothing). Written to ``OUTPUT_DIR/log/curves.png``
-unless ``--out`` says otherwise.
+unless ``--out`` says otherwise. The validation curves drawn by default are those the run's metrics
+hold of the tasks' own ``curve_metrics`` (their main metric unless they name more; src.tasks.registry).
 """
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ import argparse
 import os
 import sys
 
+from src.tasks.registry import load_builtin_tasks
 from src.training.metrics_log import read_metrics
 
-DEFAULT_VALID = ("text2video_r1", "video2text_r1", "rsum", "overall_acc", "mc_accuracy", "loss")
+
+def default_metrics() -> list[str]:
+    """Every built-in task's curve metrics (``Task.curve_metrics``, else its ``main_metric``), in order."""
+    tasks = load_builtin_tasks()
+    return list(dict.fromkeys(m for cls in tasks for m in (cls.curve_metrics or (cls.main_metric,))))
 
 
 def _series(rows, key):
@@ -32,7 +38,7 @@ def plot_run(output_dir: str, out: str | None = None, metrics: list[str] | None 
     if not train and not valid:
         raise FileNotFoundError(f"{path} has no metrics (is {output_dir} a training run of this "
                                 f"project that logged at least one step?)")
-    names = metrics or [k for k in DEFAULT_VALID if any(k in r for r in valid)] or \
+    names = metrics or [k for k in default_metrics() if any(k in r for r in valid)] or \
         sorted({k for r in valid for k in r} - {"split", "step", "epoch", "time"})[:4]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     axes[0].plot(*_series(train, "loss"), label="train loss")

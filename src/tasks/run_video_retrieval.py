@@ -83,6 +83,7 @@ class RetrievalTask(ClipBertTask):
     spec = RETRIEVAL
     name = spec.name
     main_metric = "text2video_r1"
+    curve_metrics = ("text2video_r1", "video2text_r1", "rsum")
 
     def build_head(self, cfg):
         return retrieval_head(cfg)

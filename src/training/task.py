@@ -50,6 +50,7 @@ class Task:
     """
 
     main_metric = "loss"
+    curve_metrics: tuple[str, ...] = ()  # the validation curves tools/plot.py draws (default: main_metric)
     name: str = ""
     spec: TaskSpec | None = None
 
