@@ -212,3 +212,26 @@ def test_a_user_hook_stops_the_run_through_the_state(tmp_path):
     restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=False)
     assert restore["global_step"] == 3 and restore["finished"] and restore["stop_reason"] == "enough"
     assert Trainer(cfg, ToyTask(), hooks=[StopAtStep3()]).train()["global_step"] == 3
+
+
+def test_a_restore_file_of_an_earlier_version_keeps_early_stoppings_patience(tmp_path):
+    """Restore files once kept patience in ``best`` (no ``hooks`` key): loading one migrates it into
+    EarlyStopping's own state, so a resume at step 4 (one bad validation) stops at step 5 as before."""
+    import torch
+
+    curve = {1: 1.0, 2: 2.0, 3: 3.0, 4: 2.5, 5: 2.9, 6: 9.0}
+    cfg = toy_cfg(tmp_path, num_valid=16, min_valid_steps=1, best_metric="score", early_stop_patience=2,
+                  save_steps_ratio=0.125)
+    assert Trainer(cfg, ToyTask(metric_curve=curve.get)).train()["global_step"] == 5
+    ckpt = tmp_path / "ckpt"
+    old = torch.load(ckpt / "restore_backup.pt", weights_only=False)  # step 4
+    assert old["global_step"] == 4 and old["hooks"] == {"EarlyStopping": {"bad_validations": 1,
+                                                                           "patience_ref": 3.0}}
+    old["best"].update(bad_validations=1, patience_ref=3.0)  # the earlier layout
+    del old["hooks"]
+    torch.save(old, ckpt / "restore.pt")
+    (ckpt / "restore_backup.pt").unlink()
+    s = Trainer(cfg, ToyTask(metric_curve=curve.get)).train()
+    assert s["global_step"] == 5 and s["stopped_early"] and s["best"]["step"] == 3
+    restore = torch.load(ckpt / "restore.pt", weights_only=False)
+    assert restore["hooks"]["EarlyStopping"]["bad_validations"] == 2
