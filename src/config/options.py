@@ -98,6 +98,9 @@ SHARED_OPTIONS = [
       group="product", runtime=True),
     O("min_video_frames", int, 2, "a video with fewer frames is bad ('too_short': a still is no video)",
       min=1, group="product"),
+    O("max_frame_pixels", int, 7680 * 4320, "a video or image whose frames have more pixels (width x "
+      "height, read from the header before decoding) is bad ('too_large'); default 8K UHD; 0: no limit",
+      min=0, group="product"),
     O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
     O("early_stop_patience", int, -1, "stop after this many validations without improvement; -1 off",
       group="product"),
