@@ -1,7 +1,7 @@
 """Peak memory of one 2-frame sample from hostile or unbounded videos (issue 38, items 5-6).
 
-Each measurement runs in a fresh subprocess (peak RSS = ``ru_maxrss`` after the sample; ``base`` =
-the same process after its imports, before the video is touched):
+Each measurement runs in a fresh subprocess (peak RSS = ``VmHWM`` after the sample; ``base`` = the same
+process after its imports, before the video is decoded):
 
 - ``720p.mp4``   3000 frames of 720p H.264 (the baseline: its header gives the frame count)
 - ``720p.mkv``   the same packets remuxed into Matroska (no frame count: ClipBERT's decode-all path)
@@ -31,11 +31,12 @@ import numpy as np
 CACHE = os.path.join(os.path.expanduser("~/.cache/clipbert-legacy"), "bench_videos")
 
 WORKER = r"""
-import io, json, math, random, resource, sys, time
+import io, json, math, random, sys, time
 import src.datasets.decoder as dec
 path, mode = sys.argv[1], sys.argv[2]
 data = open(path, "rb").read()
-kb = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def kb():  # this process's peak RSS (ru_maxrss would include the parent's: Linux keeps it across exec)
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
 base = kb()
 limit = dec.MAX_FRAME_PIXELS
 if mode == "unbounded":
