@@ -19,6 +19,7 @@ import ipaddress
 import os
 import socket
 import sys
+import traceback
 
 LOOPBACK = "127.0.0.1"
 
@@ -129,7 +130,14 @@ def main(argv: list) -> None:
     if not argv or argv[0] not in ("torchrun", "horovodrun"):
         print("usage: python -m src.compat.loopback {torchrun|horovodrun} LAUNCHER_ARGS...", file=sys.stderr)
         sys.exit(2)
-    (torchrun if argv[0] == "torchrun" else horovodrun)(argv[1:])
+    try:
+        (torchrun if argv[0] == "torchrun" else horovodrun)(argv[1:])
+    except Exception as e:  # reported as the launcher reports it (its traceback, exit 1), without this module
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

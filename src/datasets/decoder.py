@@ -197,6 +197,8 @@ def decode_window(container, start_pts, end_pts, pick, buffer_size=0, keep_bytes
         # without repeated pts (the last frame of a pts wins) the pass can stop at the last wanted frame
         kept = _window_pass(container, start_pts, end_pts, buffer_size, wanted={pts[i] for i in idx},
                             stop_when_kept=not repeats)[0]
+        if any(pts[i] not in kept for i in idx):
+            raise VideoDecodeError("decode_failed", "decoding the window again gave other frames")
     return [kept[pts[i]] for i in idx], len(pts)
 
 
