@@ -249,7 +249,8 @@ class ClipBert(nn.Module):
             sd = map_cnn_keys(unwrap_state_dict(load_state_dict_file(path)))
             self.load_summaries["cnn"] = load_state_dict_with_mismatch(
                 self.cnn, sd, ignore_prefixes=tuple("feature." + p for p in _CNN_IGNORE), source=path)
-            check_weights_match(self.load_summaries["cnn"], self.cnn, path, "cnn_weights_path", allow_unmatched)
+            check_weights_match(self.load_summaries["cnn"], self.cnn, path, "cnn_weights_path",
+                                allow_unmatched)
         if bert_weights_path:
             path = find_weights_file(local_path(bert_weights_path, "bert_weights_path"))
             mapped = map_bert_keys(unwrap_state_dict(load_state_dict_file(path)))

@@ -160,8 +160,8 @@ def checkpoints_to_keep(steps: list[int], history: dict[int, float], mode: str, 
     return keep & set(steps)
 
 
-_REFUSED_FIX = ("this project writes restore files of tensors and plain values only; if you did not put it "
-                "there, delete it (and restore_backup.pt next to it), or rerun with --existing_run restart")
+_REFUSED_FIX = (f"this project writes restore files of tensors and plain values only; if you did not put it "
+                f"there, delete {RESTORE} and {BACKUP} in that folder, or rerun with --existing_run restart")
 
 
 class TrainingRestorer:

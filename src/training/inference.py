@@ -116,8 +116,9 @@ def _model_from_run(cfg, task):
     path = model_step_path(os.path.join(cfg.output_dir, "ckpt"), cfg.inference_model_step)
     others = [s for s in available_steps(cfg.output_dir) if s != cfg.inference_model_step]
     try:
+        another = f" and pick another --inference_model_step (available: {others})" if others else ""
         sd = torch_load(path, f"the training run writes it as tensors only: if you did not put it there, "
-                              f"delete it and pick another --inference_model_step (available: {others})")
+                              f"delete it{another}")
     except UnsafeFileError:
         raise
     except Exception as e:  # truncated/corrupt file: torch raises RuntimeError/EOFError/UnpicklingError

@@ -171,7 +171,7 @@ def check_weights_match(summary: LoadSummary, module, path: str, option: str, al
         return
     in_file = summary.unexpected + [m[0] for m in summary.mismatched] + summary.ignored
     raise CheckpointError(
-        f"{option} {path} does not fit this model: {len(summary.loaded)} of the model's {n_model} keys matched "
-        f"(file keys e.g. {in_file[:3]}; model keys e.g. {summary.missing[:3]}; {len(summary.mismatched)} of "
-        f"another shape); give weights of this model (cnn_type, model_config), or --allow_unmatched_weights 1 "
-        f"to start the rest from random weights")
+        f"{option} {path} does not fit this model: {len(summary.loaded)} of the model's {n_model} keys "
+        f"matched (file keys e.g. {in_file[:3]}; model keys e.g. {summary.missing[:3]}; "
+        f"{len(summary.mismatched)} of another shape); give weights of this model (cnn_type, model_config), "
+        f"or --allow_unmatched_weights 1 to start the rest from random weights")

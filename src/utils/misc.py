@@ -48,7 +48,8 @@ def get_rng_states():
     loads with ``torch.load(weights_only=True)``."""
     _, key, pos, has_gauss, gauss = np.random.get_state()
     state = {"python": random.getstate(),
-             "numpy": {"key": key.tolist(), "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)},
+             "numpy": {"key": key.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
+                       "gauss": float(gauss)},
              "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()

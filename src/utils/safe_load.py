@@ -141,20 +141,30 @@ def check_torch_archive(path: str) -> None:
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+)")
 
 
+def _refused_globals(path: str, allowed: set[str], message: str) -> list[str]:
+    """The globals of ``path`` that weights-only loading refuses, by full name (torch's message drops
+    ``builtins.``); from its message where the file cannot be scanned (a legacy, non-zip save)."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # not a zip archive, or damaged: torch's message has the name
+        names = _GLOBAL_IN_MESSAGE.findall(message)
+    return [n for n in names if n not in allowed]
+
+
 def torch_load(path: str, fix: str, numpy_arrays: bool = False):
     """``torch.load(path, map_location="cpu", weights_only=True)`` (see the module docstring). A file that
-    names anything else is one :class:`UnsafeFileError` line naming ``path``, the refused global and
+    names anything else is one :class:`UnsafeFileError` line naming ``path``, the refused globals and
     ``fix``; other failures (truncated, not a checkpoint) propagate as torch raises them."""
     check_torch_archive(path)
+    allowed = _TORCH_NUMPY if numpy_arrays else []
     try:
-        with torch.serialization.safe_globals(_TORCH_NUMPY if numpy_arrays else []):
+        with torch.serialization.safe_globals(allowed):
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        found = _GLOBAL_IN_MESSAGE.search(str(e))
-        if found:
-            raise _refusal(path, f"the global {found.group(1)}", fix) from e
+        refused = _refused_globals(path, {name for _, name in allowed}, str(e))
+        if refused:
+            raise _refusal(path, f"the global {', '.join(refused[:3])}", fix) from e
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        detail = next((ln for ln in lines if "Unsupported" in ln or "unsupported" in ln), lines[-1] if lines else "")
+        detail = next((ln for ln in lines if "WeightsUnpickler error" in ln), lines[-1] if lines else "")
         raise _refusal(path, f"something beyond tensors and plain values ({detail[:200]})", fix) from e
     return _resolved(obj, path) if numpy_arrays else obj
-

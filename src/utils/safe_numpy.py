@@ -9,8 +9,8 @@ of a numeric or string array writes and nothing more, and build the array from t
 * :class:`DTypeSpec` (``numpy.dtype``): a dtype of kind b/i/u/f/c/S/U, no fields, no sub-array;
 * :func:`reconstruct` (``numpy.core.multiarray._reconstruct``) -> an empty :class:`ArraySpec`, which
   ``__setstate__`` (pickle's BUILD) fills from ``(version, shape, dtype, fortran, bytes)``;
-* :func:`scalar` (``numpy.core.multiarray.scalar``) and :func:`frombuffer` (``numpy.core.numeric._frombuffer``,
-  protocol 5).
+* :func:`scalar` (``numpy.core.multiarray.scalar``) and :func:`frombuffer`
+  (``numpy.core.numeric._frombuffer``, protocol 5).
 
 :func:`resolve` then replaces every spec in the loaded object by the ndarray / dtype it stands for.
 """
@@ -40,7 +40,7 @@ class DTypeSpec:
     """``numpy.dtype(spec, align, copy)`` as pickled; :meth:`__setstate__` checks numpy's state tuple
     (byte order and item size only: no fields, sub-array or flags)."""
 
-    def __init__(self, spec, align=False, copy=True):
+    def __init__(self, spec, _align=False, _copy=True):  # a fresh dtype is made either way
         self.dtype = _checked_dtype(spec)
 
     def __setstate__(self, state):
@@ -82,7 +82,7 @@ def _array(raw, dt: np.dtype, shape, order: str = "C") -> np.ndarray:
     if n * dt.itemsize != len(buf):
         raise UnpicklingError(f"array of shape {shape} and dtype {dt} needs {n * dt.itemsize} bytes, the "
                               f"file holds {len(buf)}")
-    return np.frombuffer(buf, dtype=dt, count=n).reshape(shape, order=order).copy()
+    return np.frombuffer(buf, dtype=dt, count=n).reshape(shape, order=order).copy(order="K")
 
 
 class ArraySpec:
@@ -101,8 +101,8 @@ class ArraySpec:
 def reconstruct(subtype, shape, typecode):
     """``numpy.core.multiarray._reconstruct(ndarray, (0,), b'b')``, the only call numpy pickles write."""
     if subtype is not ArraySpec or shape != (0,) or typecode not in (b"b", "b"):
-        raise UnpicklingError(f"numpy _reconstruct{(getattr(subtype, '__name__', subtype), shape, typecode)!s:.80} "
-                              f"is not a plain ndarray")
+        call = (getattr(subtype, "__name__", subtype), shape, typecode)
+        raise UnpicklingError(f"numpy _reconstruct{call!s:.80} is not a plain ndarray")
     return ArraySpec()
 
 
@@ -133,6 +133,7 @@ def resolve(obj, _seen=None):
         seen.add(id(obj))
         for k, v in list(obj.items() if isinstance(obj, dict) else enumerate(obj)):
             obj[k] = resolve(v, seen)
-    elif isinstance(obj, tuple) and any(isinstance(v, (ArraySpec, DTypeSpec, dict, list, tuple)) for v in obj):
+    elif isinstance(obj, tuple) and any(isinstance(v, (ArraySpec, DTypeSpec, dict, list, tuple))
+                                        for v in obj):
         return tuple(resolve(v, seen) for v in obj)
     return obj
