@@ -12,11 +12,14 @@ import torch
 from numpy._core.multiarray import _reconstruct
 
 from src.modeling.build import build_model
+from src.training.contracts import Hook
+from src.training.engine import Trainer
 from src.utils import safe_load
 from src.utils.errors import CheckpointError, UnsafeFileError
 from src.utils.load_save import load_state_dict_file
 from src.utils.safe_load import load_pickle_weights, torch_load
 from tests.test_modeling import _cfg
+from tests.toy_task import ToyTask, toy_cfg
 
 
 class Payload:
@@ -241,3 +244,49 @@ def test_a_weights_file_fitting_a_small_part_is_an_error(tmp_path):
         build_model(_cfg(e2e_weights_path=str(path)))
     torch.save(sd, path)
     assert len(build_model(_cfg(e2e_weights_path=str(path))).load_summaries["e2e"].loaded) == len(sd)
+
+
+class _NumpyNoiseTask(ToyTask):
+    """The toy task with a loss weight drawn from numpy and python ``random`` in the training process
+    (data loading has per-sample seeds): a resume is only bitwise when those RNG states come back."""
+
+    def forward_train(self, model, batch, cfg):
+        weight = 1.0 + 0.1 * np.random.rand() + 0.1 * random.random()
+        return super().forward_train(model, batch, cfg) * weight
+
+
+class _CrashAt(Hook):
+    def after_step(self, trainer, result):
+        if trainer.global_step == 5:
+            raise KeyboardInterrupt("simulated crash")
+
+
+def _as_previous_version(restore, numpy_state=None):
+    """Rewrite ``restore`` as the previous version wrote it: numpy's RNG state as numpy's own tuple."""
+    state = torch.load(restore, weights_only=True)
+    for rng in state["rng"]:
+        n = rng["numpy"]
+        rng["numpy"] = numpy_state or ("MT19937", np.asarray(n["key"], np.uint32), n["pos"], n["has_gauss"],
+                                       n["gauss"])
+    torch.save(state, restore)
+    assert "numpy.ndarray" in torch.serialization.get_unsafe_globals_in_checkpoint(restore)
+    return state["global_step"]
+
+
+@pytest.mark.parametrize("fp16", [0, 1])
+def test_a_restore_file_of_the_previous_version_resumes_bitwise(tmp_path, fp16):
+    opts = dict(train_batch_size=2, gradient_accumulation_steps=2, num_train_epochs=2,
+                save_steps_ratio=0.25, dist_backend="torch", fp16=fp16)
+    u = Trainer(toy_cfg(tmp_path / "u", **opts), _NumpyNoiseTask()).train()
+    T, finals = u["global_step"], {}
+    for name, other_state in (("r", None), ("control", np.random.RandomState(123).get_state())):
+        with pytest.raises(KeyboardInterrupt):
+            Trainer(toy_cfg(tmp_path / name, **opts), _NumpyNoiseTask(), hooks=[_CrashAt()]).train()
+        resumed_from = _as_previous_version(tmp_path / name / "ckpt" / "restore.pt", other_state)
+        assert 0 < resumed_from < T
+        resumed = Trainer(toy_cfg(tmp_path / name, **opts), _NumpyNoiseTask()).train()
+        assert resumed["global_step"] == T and (name != "r" or resumed == u)
+        finals[name] = torch.load(tmp_path / name / "ckpt" / f"model_step_{T}.pt", weights_only=True)
+    want = torch.load(tmp_path / "u" / "ckpt" / f"model_step_{T}.pt", weights_only=True)
+    assert all(torch.equal(want[k], finals["r"][k]) for k in want)
+    assert not all(torch.equal(want[k], finals["control"][k]) for k in want)  # numpy's state did matter
