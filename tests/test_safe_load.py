@@ -154,6 +154,17 @@ def test_hostile_numpy_pickles_are_refused(tmp_path, case):
     assert str(e.value).startswith(str(path)) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("case", ["a void dtype told it holds objects", "an object dtype",
+                                  "a dtype given fields", "a huge empty array",
+                                  "an array claiming more data than it has"])
+def test_hostile_numpy_in_a_restore_file_is_refused(tmp_path, case):
+    """The same stand-ins serve restore files of the previous version (torch's unpickler, numpy allowed)."""
+    path = tmp_path / "restore.pt"
+    torch.save({"global_step": 1, "rng": [{"numpy": HOSTILE[case]}]}, path)
+    with pytest.raises(UnsafeFileError, match=f"{path} was refused: it asks for something beyond tensors"):
+        torch_load(str(path), "fix", numpy_arrays=True)
+
+
 def test_an_object_array_is_refused(tmp_path):
     path = tmp_path / "o.pkl"
     path.write_bytes(pickle.dumps({"model": {"w": np.array([1, "a"], dtype=object)}}))

@@ -30,7 +30,10 @@ def _checked_dtype(spec) -> np.dtype:
         spec = spec.decode("latin1")
     if not isinstance(spec, str) or len(spec) > 16:
         raise UnpicklingError(f"numpy dtype {str(spec)[:40]!r} is not a plain dtype name")
-    dt = np.dtype(spec)
+    try:
+        dt = np.dtype(spec)
+    except (TypeError, ValueError, SyntaxError) as e:
+        raise UnpicklingError(f"numpy dtype {spec!r}: {e}") from e
     if dt.kind not in _KINDS or dt.hasobject or dt.fields is not None or dt.subdtype is not None:
         raise UnpicklingError(f"numpy dtype {spec!r} is not a number or string dtype")
     return dt
