@@ -19,7 +19,6 @@ A refusal is one :class:`UnsafeFileError` line naming the file and what it asked
 """
 from __future__ import annotations
 
-import codecs
 import collections
 import os
 import pickle
@@ -41,7 +40,7 @@ keeps a planted file from taking the machine's memory."""
 
 def _latin1(text, encoding="latin1", errors="strict"):
     """``_codecs.encode`` as Python 3 pickles (protocol 2) use it for ``bytes``: latin-1 only."""
-    if not isinstance(text, str) or codecs.lookup(encoding).name != "iso8859-1" or errors != "strict":
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1") or errors != "strict":
         raise pickle.UnpicklingError(f"_codecs.encode({type(text).__name__}, {encoding!r}) is not a bytes "
                                      f"literal")
     return text.encode("latin1")
