@@ -95,7 +95,7 @@ def test_default_hooks_do_not_depend_on_their_order(tmp_path, trainer_class):
     assert s["best"] == {"metric": "score", "value": 3.0, "step": 3}
     assert _ckpt_files(tmp_path) == ["model_best.pt", "model_step_3.pt", "model_step_5.pt", "restore.pt",
                                       "restore_backup.pt"]
-    restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=False)
+    restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=True)
     assert restore["global_step"] == 5 and restore["finished"] and restore["best"]["bad_validations"] == 2
     again = trainer_class(cfg, ToyTask(metric_curve=curve.get)).train()  # nothing left to do
     assert again["global_step"] == 5 and again["stopped_early"]
@@ -201,6 +201,6 @@ def test_a_user_hook_stops_the_run_through_the_state(tmp_path):
     cfg = toy_cfg(tmp_path, num_valid=16, min_valid_steps=1)
     s = Trainer(cfg, ToyTask(), hooks=[StopAtStep3()]).train()
     assert s["global_step"] == 3 and s["stopped_early"]
-    restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=False)
+    restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=True)
     assert restore["global_step"] == 3 and restore["finished"] and restore["stop_reason"] == "enough"
     assert Trainer(cfg, ToyTask(), hooks=[StopAtStep3()]).train()["global_step"] == 3

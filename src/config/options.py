@@ -70,6 +70,9 @@ SHARED_OPTIONS = [
     O("e2e_weights_path", str, None, "full ClipBERT checkpoint to start from"),
     O("detectron2_weights_path", str, None, "legacy name of cnn_weights_path (copied there if unset)"),
     O("bert_weights_path", str, None, "BERT weights to initialise the transformer"),
+    O("allow_unmatched_weights", bool, False, "accept a cnn/bert/e2e weights file that initialises less than "
+      "half of the model part it is for (by default an error naming the file: it is usually another "
+      "model's weights, and training would go on from random ones)", runtime=True),
     O("inference_model_step", int, -1, "checkpoint step used by --do_inference 1", runtime=True),
     O("do_inference", bool, False, "run inference from output_dir/ckpt instead of training", runtime=True),
     O("inference_split", str, "val", "split name used in inference result paths"),

@@ -140,8 +140,9 @@ def load_initial_weights(model: ClipBert, cfg, raw: dict) -> None:
     """End-to-end weights (e2e_weights_path), else the CNN and BERT weights separately."""
     cnn_weights = cfg.cnn_weights_path or cfg.detectron2_weights_path
     _check_cnn_weights(cnn_weights)
+    allow = bool(cfg.allow_unmatched_weights)
     if cfg.e2e_weights_path:
-        model.load_e2e_weights(cfg.e2e_weights_path)
+        model.load_e2e_weights(cfg.e2e_weights_path, allow_unmatched=allow)
     else:
-        model.load_separate_ckpt(cnn_weights_path=cnn_weights,
+        model.load_separate_ckpt(cnn_weights_path=cnn_weights, allow_unmatched=allow,
                                  bert_weights_path=cfg.bert_weights_path or raw.get("bert_weights_path"))

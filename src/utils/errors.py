@@ -20,6 +20,11 @@ class CheckpointError(UserError, RuntimeError):
     """A checkpoint or restore file cannot be read."""
 
 
+class UnsafeFileError(CheckpointError):
+    """A file was refused before anything in it ran: it names code to call (a pickled global this project
+    never loads), or it could take unbounded memory (src.utils.safe_load)."""
+
+
 class DataStoreError(UserError, RuntimeError):
     """An LMDB store cannot be opened or read."""
 
