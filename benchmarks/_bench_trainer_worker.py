@@ -118,7 +118,7 @@ def main():
     logging.disable(logging.INFO)  # no log.txt/stdout noise from the engine or model building
     import src.compat.hvd as hvd
     from src.modeling.build import build_model
-    data = torch.load(a.batches, weights_only=False)
+    data = torch.load(a.batches, weights_only=True)
     hvd.init()
     world = hvd.size()
     torch.manual_seed(0)

@@ -44,7 +44,8 @@ if [ "$FAST" = 1 ]; then
   EXTRA+=(--num_train_epochs 1 --data_ratio 0.05)
   echo "QUICKSTART_FAST=1: reduced training (${EXTRA[*]})"
 fi
-HVD=(horovodrun -np "$NP" -H "localhost:$NP" --gloo)
+# horovodrun, with its rendezvous server and Gloo on 127.0.0.1 only (src/compat/loopback.py)
+HVD=("$PY" -m src.compat.loopback horovodrun -np "$NP" -H "localhost:$NP" --gloo)
 
 timed() {  # timed NAME cmd... : run, remember wall seconds in $OUT/NAME.wall
   local name=$1; shift

@@ -36,16 +36,17 @@ def horovodrun_available():
     return shutil.which("horovodrun", path=str(BIN)) is not None
 
 
+# Both launchers through src.compat.loopback: the job's servers listen on 127.0.0.1 only.
 def run_horovod(args, np=2, timeout=180, env=None, cwd=None):
     """Run `horovodrun -np N --gloo python <args...>`; returns CompletedProcess (text)."""
-    cmd = [str(BIN / "horovodrun"), "-np", str(np), "-H", f"localhost:{np}", "--gloo",
-           "--gloo-timeout-seconds", "60", sys.executable] + [str(a) for a in args]
+    cmd = [sys.executable, "-m", "src.compat.loopback", "horovodrun", "-np", str(np), "-H", f"localhost:{np}",
+           "--gloo", "--gloo-timeout-seconds", "60", sys.executable] + [str(a) for a in args]
     return _run(cmd, timeout, env, cwd)
 
 
 def run_torchrun(args, np=2, timeout=180, env=None, cwd=None):
-    """Run `torchrun --nproc_per_node N <args...>` (standalone rendezvous on a free port)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(np),
+    """Run `torchrun --nproc_per_node N <args...>` (static rendezvous on a free port)."""
+    cmd = [sys.executable, "-m", "src.compat.loopback", "torchrun", "--nproc_per_node", str(np),
            "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + [str(a) for a in args]
     return _run(cmd, timeout, env, cwd)
 

@@ -51,7 +51,7 @@ def train_args(cfg: Path, out: Path) -> list:
 # weights
 def final_model(out: Path) -> dict:
     """The model of a finished 2-process run of 2 steps (its restore file)."""
-    state = torch.load(out / "ckpt" / "restore.pt", map_location="cpu", weights_only=False)
+    state = torch.load(out / "ckpt" / "restore.pt", map_location="cpu", weights_only=True)
     assert state["finished"] and state["world_size"] == 2 and state["global_step"] == 2, \
         {k: state[k] for k in ("finished", "world_size", "global_step")}
     assert (out / "ckpt" / "model_step_2.pt").is_file()

@@ -86,7 +86,7 @@ def assert_same_run_files(a: Path, b: Path) -> None:
         if name == ".run.lock":  # the holder's pid and start time
             continue
         if name.endswith(".pt"):
-            assert_same_value(torch.load(pa, weights_only=False), torch.load(pb, weights_only=False), name)
+            assert_same_value(torch.load(pa, weights_only=True), torch.load(pb, weights_only=True), name)
         elif name.endswith("log.txt"):
             assert _log_lines(pa, a) == _log_lines(pb, b), name
         elif name.endswith(".jsonl"):

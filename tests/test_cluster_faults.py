@@ -26,7 +26,7 @@ WORKERS = REPO / "tests" / "workers"
 
 
 def restore_step(run_dir):
-    return torch.load(Path(run_dir) / "ckpt" / "restore.pt", weights_only=False)["global_step"]
+    return torch.load(Path(run_dir) / "ckpt" / "restore.pt", weights_only=True)["global_step"]
 
 
 def assert_same_weights(a, b):
@@ -271,7 +271,7 @@ def test_foreign_restore_file_is_a_one_line_checkpoint_error(tmp_path, capsys):
     p = mp_utils.run_python([WORKERS / "signal_stop.py", out, 0, 2, "SIGTERM"], timeout=120)
     assert p.returncode == 75, p.stderr[-2000:]
     restore = out / "ckpt" / "restore.pt"
-    state = torch.load(restore, weights_only=False)
+    state = torch.load(restore, weights_only=True)
     state["model"]["transformer.dense.weight"] = torch.zeros(3, 3)  # another model's layer
     torch.save(state, restore)
     assert run_toy(out) == 1

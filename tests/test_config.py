@@ -271,7 +271,8 @@ FORMER_RUNTIME_KEYS = {
     "inference_n_clips", "val_batch_size", "eval_retrieval_batch_size", "skip_bad_videos",
     "keep_last_k", "keep_top_k", "path_prefix", "cpu_sched_batch", "elastic_commit_steps",
     "row_sparse_allreduce", "profile_steps", "wandb_project", "wandb_entity", "wandb_run_name", "wandb_tags",
-    "wandb_mode", "zero_stage"}  # zero_stage: added with issue 32 (the restore file is unsharded)
+    "wandb_mode", "zero_stage",  # zero_stage: added with issue 32 (the restore file is unsharded)
+    "allow_unmatched_weights"}  # issue 38: whether a poorly matching weights file may start the run
 
 
 def test_generated_key_sets_match_the_former_hand_lists():

@@ -124,7 +124,7 @@ def assert_epochs_exact(steps: dict, n: int, epochs: int):
 
 
 def final_restore(out: Path) -> dict:
-    return torch.load(out / "ckpt" / "restore.pt", map_location="cpu", weights_only=False)
+    return torch.load(out / "ckpt" / "restore.pt", map_location="cpu", weights_only=True)
 
 
 def _overrides(**kw):

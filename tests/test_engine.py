@@ -53,7 +53,7 @@ def test_nan_loss_stops_with_step_and_last_good_checkpoint(tmp_path):
     assert f"saved to {out}/ckpt/model_step_5.pt" in msg and "restore.pt holds step 4" in msg
     good = load_ckpt(out, "model_step_5.pt")
     assert all(torch.isfinite(v).all() for v in good.values())
-    assert torch.load(out / "ckpt" / "restore.pt", weights_only=False)["global_step"] == 4
+    assert torch.load(out / "ckpt" / "restore.pt", weights_only=True)["global_step"] == 4
 
 
 def test_best_checkpoint_and_early_stopping(tmp_path):

@@ -97,10 +97,10 @@ def test_default_hooks_do_not_depend_on_their_order(tmp_path):
                                                                else "EarlyStopping")
         assert sorted(p.name for p in (out / "ckpt").iterdir()) == [
             "model_best.pt", "model_step_3.pt", "model_step_5.pt", "restore.pt", "restore_backup.pt"]
-        restore = torch.load(out / "ckpt" / "restore.pt", weights_only=False)
+        restore = torch.load(out / "ckpt" / "restore.pt", weights_only=True)
         assert restore["global_step"] == 5 and restore["finished"]
         assert restore["hooks"]["EarlyStopping"]["bad_validations"] == 2
-        backup = torch.load(out / "ckpt" / "restore_backup.pt", weights_only=False)
+        backup = torch.load(out / "ckpt" / "restore_backup.pt", weights_only=True)
         assert backup["global_step"] == 4 and backup["hooks"]["EarlyStopping"]["bad_validations"] == 1
         again = trainer_class(cfg, ToyTask(metric_curve=curve.get)).train()  # nothing left to do
         assert again["global_step"] == 5 and again["stopped_early"]
@@ -209,7 +209,7 @@ def test_a_user_hook_stops_the_run_through_the_state(tmp_path):
     cfg = toy_cfg(tmp_path, num_valid=16, min_valid_steps=1)
     s = Trainer(cfg, ToyTask(), hooks=[StopAtStep3()]).train()
     assert s["global_step"] == 3 and s["stopped_early"]
-    restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=False)
+    restore = torch.load(tmp_path / "ckpt" / "restore.pt", weights_only=True)
     assert restore["global_step"] == 3 and restore["finished"] and restore["stop_reason"] == "enough"
     assert Trainer(cfg, ToyTask(), hooks=[StopAtStep3()]).train()["global_step"] == 3
 
@@ -224,7 +224,7 @@ def test_a_restore_file_of_an_earlier_version_keeps_early_stoppings_patience(tmp
                   save_steps_ratio=0.125)
     assert Trainer(cfg, ToyTask(metric_curve=curve.get)).train()["global_step"] == 5
     ckpt = tmp_path / "ckpt"
-    old = torch.load(ckpt / "restore_backup.pt", weights_only=False)  # step 4
+    old = torch.load(ckpt / "restore_backup.pt", weights_only=True)  # step 4
     assert old["global_step"] == 4 and old["hooks"] == {"EarlyStopping": {"bad_validations": 1,
                                                                            "patience_ref": 3.0}}
     old["best"].update(bad_validations=1, patience_ref=3.0)  # the earlier layout
@@ -233,5 +233,5 @@ def test_a_restore_file_of_an_earlier_version_keeps_early_stoppings_patience(tmp
     (ckpt / "restore_backup.pt").unlink()
     s = Trainer(cfg, ToyTask(metric_curve=curve.get)).train()
     assert s["global_step"] == 5 and s["stopped_early"] and s["best"]["step"] == 3
-    restore = torch.load(ckpt / "restore.pt", weights_only=False)
+    restore = torch.load(ckpt / "restore.pt", weights_only=True)
     assert restore["hooks"]["EarlyStopping"]["bad_validations"] == 2

@@ -72,6 +72,16 @@ def test_torchrun_node_command():
                                 "host1:1234", "--rdzv-id", "clipbert", "--local-addr", "host2", "x.py", "--b"]
 
 
+@pytest.mark.parametrize("addr", ["127.0.0.1", "localhost"])
+def test_torchrun_one_node_on_the_loopback_binds_it(addr):
+    p = _run("multinode_torchrun.sh", "x.py", NNODES="1", NODE_RANK="0", MASTER_ADDR=addr, MASTER_PORT="1234",
+             NPROC_PER_NODE="2", PYTHON="/bin/echo")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[:5] == ["-m", "src.compat.loopback", "torchrun", "--nnodes", "1"]
+    p = _run("multinode_torchrun.sh", "x.py", NNODES="2", NODE_RANK="0", MASTER_ADDR=addr, PYTHON="/bin/echo")
+    assert p.stdout.split()[:2] == ["-m", "torch.distributed.run"]  # two nodes: the network is needed
+
+
 def test_slurm_torchrun_one_launcher_per_node(tmp_path):
     """--nnodes from SLURM_NNODES, --node_rank from SLURM_NODEID, the rendezvous on the first node."""
     env = _slurm(tmp_path, ["gpu-a", "gpu-b", "gpu-c"], SLURM_GPUS_ON_NODE="8", PYTHON="/bin/echo")

@@ -40,8 +40,8 @@ def test_kill9_then_rerun_resumes_bitwise(tmp_path):
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
     assert not os.path.exists(os.path.join(r, "ckpt", f"model_step_{T}.pt")), "killed too late"
-    killed_at = torch.load(restore, weights_only=False)["global_step"] if os.path.exists(restore) else \
-        torch.load(restore.replace("restore.pt", "restore_backup.pt"), weights_only=False)["global_step"]
+    killed_at = torch.load(restore, weights_only=True)["global_step"] if os.path.exists(restore) else \
+        torch.load(restore.replace("restore.pt", "restore_backup.pt"), weights_only=True)["global_step"]
     assert 0 < killed_at < T
     res = mp_utils.check(mp_utils.run_python([WORKER, r, opts, task], timeout=90))
     assert f"at step {killed_at} (epoch" in res.stderr  # "resumed from ... at step N"

@@ -58,7 +58,7 @@ def snapshot(run_dir, with_log=True):
 
 def saved_weights(path):
     """The weights in a checkpoint file (``restore.pt`` holds them under ``model``)."""
-    state = torch.load(path, weights_only=False)
+    state = torch.load(path, weights_only=True)
     return state["model"] if "global_step" in state else state
 
 

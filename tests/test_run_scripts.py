@@ -25,8 +25,16 @@ def test_train_retrieval_single_process_command():
 def test_torchrun_launcher():
     p = _run("train_video_qa.sh", "frameqa", "out/q", NP="4", LAUNCHER="torchrun")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split()[:4] == ["-m", "torch.distributed.run", "--nproc_per_node", "4"]
+    assert p.stdout.split()[:7] == ["-m", "src.compat.loopback", "torchrun", "--nproc_per_node", "4",
+                                    "--master_addr", "127.0.0.1"]  # listening on the loopback only
     assert "configs/tgif_qa_frameqa_base_resnet50.json" in p.stdout
+
+
+def test_horovodrun_launcher_on_this_machine_binds_the_loopback():
+    p = _run("train_retrieval.sh", "configs/demo_ret.json", "out/x", NP="2")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[:8] == ["-m", "src.compat.loopback", "horovodrun", "-np", "2", "-H",
+                                    "localhost:2", "/bin/echo"]
 
 
 @pytest.mark.parametrize("script", ["inference_retrieval.sh", "inference_video_qa.sh",

@@ -3,7 +3,9 @@ scalars, the config and the final metrics from rank 0, the same W&B run after a 
 failure of training when wandb is missing or broken."""
 import json
 import logging
+import os
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,11 +104,109 @@ def test_missing_wandb_warns_once_and_trains(tmp_path, monkeypatch, caplog):
 
 
 def test_a_failing_wandb_never_fails_training(tmp_path, monkeypatch, caplog):
+    from src.training import wandb_logger
+
     def broken(*a, **k):
         raise RuntimeError("no network and no disk for wandb")
     monkeypatch.setattr(wandb, "init", broken)
+    monkeypatch.setattr(wandb_logger, "server_unreachable", lambda: None)  # the server answers
     caplog.set_level(logging.WARNING)
     assert main("shared", ToyTask, toy_argv(tmp_path / "run", wandb_project="p", wandb_mode="online")) == 0
     text = caplog.text
     assert "W&B could not start in online mode (RuntimeError: no network" in text and "trying offline" in text
     assert "W&B could not start in offline mode" in text and "training goes on without W&B" in text
+
+
+@pytest.fixture
+def wandb_server(monkeypatch):
+    """W&B pointed at a local address (with an API key, for mode auto): ``set(port)`` also resets
+    W&B's process-wide settings, which it reads once."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+
+    def point_at(port):
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+        wandb.teardown()
+    yield point_at
+    monkeypatch.undo()
+    wandb.teardown()
+
+
+def test_auto_with_a_key_and_no_network_starts_offline_at_once(tmp_path, wandb_server, caplog):
+    port = mp_utils.free_port()  # nothing listens there: the connection is refused
+    wandb_server(port)
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "run"
+    assert main("shared", ToyTask, toy_argv(out, wandb_project="p", wandb_mode="auto")) == 0
+    text = caplog.text
+    assert f"W&B: its server 127.0.0.1:{port} does not answer (ConnectionRefusedError" in text
+    assert "starting offline" in text and "could not start" not in text
+    (run_file,) = run_files(out)
+    assert run_file.name == f"run-{(out / 'log' / 'wandb_run_id.txt').read_text().strip()}.wandb"
+    assert sorted(history(run_file)) == list(range(1, 17))
+
+
+def test_a_failed_online_start_falls_back_offline_with_the_same_run_id(tmp_path, wandb_server, monkeypatch,
+                                                                       caplog):
+    """The server accepts connections and never answers: the online start times out, and the offline
+    start then gets the same run id (W&B's service used to refuse it: "run ID ... is in use")."""
+    import socket
+
+    from src.training import wandb_logger
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        wandb_server(silent.getsockname()[1])
+        monkeypatch.setattr(wandb_logger, "INIT_TIMEOUT_S", 3)
+        caplog.set_level(logging.INFO)
+        out = tmp_path / "run"
+        assert main("shared", ToyTask, toy_argv(out, wandb_project="p", wandb_mode="auto")) == 0
+    text = caplog.text
+    assert "W&B could not start in online mode" in text and "trying offline" in text
+    assert "could not start in offline mode" not in text and "is in use" not in text
+    (run_file,) = run_files(out)
+    assert run_file.name == f"run-{(out / 'log' / 'wandb_run_id.txt').read_text().strip()}.wandb"
+    assert sorted(history(run_file)) == list(range(1, 17))
+
+
+def test_a_full_wandb_directory_mid_run_warns_once(tmp_path, monkeypatch, caplog):
+    """W&B's service loses what it cannot write and says nothing: the free space under its directory
+    is watched. Here it runs out after step 6 (a stand-in for the file system, measured by the real
+    statvfs in test_a_full_wandb_file_system_warns)."""
+    from src.training import wandb_logger
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setattr(wandb_logger, "SPACE_CHECK_S", 0.0)
+    checked = []
+
+    def free(path):
+        checked.append(path)
+        return 10 * 2 ** 30 if len(checked) <= 6 else 2 ** 19
+    monkeypatch.setattr(wandb_logger, "free_bytes", free)
+    caplog.set_level(logging.WARNING)
+    out = tmp_path / "run"
+    assert main("shared", ToyTask, toy_argv(out, **WANDB_ARGS)) == 0
+    warnings = [r.getMessage() for r in caplog.records if "W&B: its directory" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert f"{out}/log/wandb/offline-run-" in warnings[0] and "has 0.5 MB free" in warnings[0]
+    assert "training goes on" in warnings[0]
+    assert len(checked) == 7  # no check after the warning
+    steps = [json.loads(x)["step"] for x in open(out / "log" / "metrics.jsonl") if '"train"' in x]
+    assert steps[-1] == 16
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mounts a tmpfs (root only)")
+def test_a_full_wandb_file_system_warns(tmp_path, caplog):
+    """A real full file system under log/wandb (a 128 KB tmpfs): one warning, the training goes on."""
+    wandb_dir = tmp_path / "run" / "log" / "wandb"
+    wandb_dir.mkdir(parents=True)
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(wandb_dir)],
+                           capture_output=True, text=True)
+    if mount.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
+    try:
+        caplog.set_level(logging.WARNING)
+        assert main("shared", ToyTask, toy_argv(tmp_path / "run", **WANDB_ARGS)) == 0
+        warnings = [r.getMessage() for r in caplog.records if "W&B: its directory" in r.getMessage()]
+        assert len(warnings) == 1 and "MB free: W&B cannot record the rest of this run" in warnings[0]
+    finally:
+        subprocess.run(["umount", "-l", str(wandb_dir)], check=False)

@@ -139,7 +139,7 @@ def assert_same_tensors(a, b, what):
 
 
 def assert_same_restore(a_dir, b_dir):
-    a, b = (torch.load(os.path.join(d, "ckpt", "restore.pt"), weights_only=False) for d in (a_dir, b_dir))
+    a, b = (torch.load(os.path.join(d, "ckpt", "restore.pt"), weights_only=True) for d in (a_dir, b_dir))
     assert a["global_step"] == b["global_step"] > 0
     assert_same_tensors(a["model"], b["model"], "restore.pt model")
     assert a["optimizer"]["param_groups"] == b["optimizer"]["param_groups"]
@@ -231,7 +231,7 @@ def test_kill9_under_zero_stage_2_resumes_to_the_unsharded_weights(tmp_path):
     time.sleep(0.5)
     assert not (r / "ckpt" / f"model_step_{KILL_T}.pt").exists(), "killed too late"
     killed_at = torch.load(restore if restore.exists() else r / "ckpt" / "restore_backup.pt",
-                           weights_only=False)["global_step"]
+                           weights_only=True)["global_step"]
     assert 0 < killed_at < KILL_T
     res = mp_utils.check(mp_utils.run_torchrun(args, timeout=180))
     assert f"at step {killed_at} (epoch" in res.stderr  # "resumed from ... at step N"
@@ -252,7 +252,7 @@ def _stopped_run(out, world, zero_stage):
     res = run(args, timeout=180)
     assert res.returncode == 75 or (world == 2 and res.returncode == 1 and "exitcode  : 75" in res.stderr), \
         res.stderr[-3000:]
-    return torch.load(out / "ckpt" / "restore.pt", weights_only=False)["global_step"]
+    return torch.load(out / "ckpt" / "restore.pt", weights_only=True)["global_step"]
 
 
 def _resume(out, world, zero_stage, at_step):

@@ -151,7 +151,7 @@ def run(a) -> dict:
         trainer.train()
         from src.compat import amp
         return {"backend": amp.backend(), "opt_level": a.opt_level, "device": str(trainer.device),
-                "torch": torch.__version__, "records": recorder.records, **final_state(trainer)}
+                "torch": str(torch.__version__), "records": recorder.records, **final_state(trainer)}
 
 
 def main():

@@ -201,7 +201,7 @@ def wait_side(proc: subprocess.Popen, timeout: float, out_dir: str, level: str, 
         with open(os.path.join(out_dir, f"{level}_{backend}.log")) as f:
             tail = f.read()[-3000:]
         raise RuntimeError(f"{level} {backend} side failed (exit {rc}):\n{tail}")
-    return torch.load(path, weights_only=False)
+    return torch.load(path, weights_only=True)
 
 
 def find_apex(a, out_dir: str) -> tuple[dict, str] | None:

@@ -9,6 +9,7 @@ import re
 from src.config.schema import Config, ConfigError
 from src.config.schema import Option as O
 from src.config.task_spec import TaskSpec
+from src.utils.errors import clip, shown
 
 DECAYS = ("linear", "invsqrt", "constant", "multi_step", "cosine")
 """The LR schedules (``src.optimization.sched.get_lr_sched`` implements them; its ``SCHEDULES``)."""
@@ -77,6 +78,9 @@ SHARED_OPTIONS = [
     O("e2e_weights_path", str, None, "full ClipBERT checkpoint to start from"),
     O("detectron2_weights_path", str, None, "legacy name of cnn_weights_path (copied there if unset)"),
     O("bert_weights_path", str, None, "BERT weights to initialise the transformer"),
+    O("allow_unmatched_weights", bool, False, "accept a cnn/bert/e2e weights file that initialises less than "
+      "half of the model part it is for (by default an error naming the file: it is usually another "
+      "model's weights, and training would go on from random ones)", runtime=True),
     O("inference_model_step", int, -1, "checkpoint step used by --do_inference 1", runtime=True),
     O("do_inference", bool, False, "run inference from output_dir/ckpt instead of training", runtime=True),
     O("inference_split", str, "val", "split name used in inference result paths"),
@@ -106,6 +110,9 @@ SHARED_OPTIONS = [
       group="product", runtime=True),
     O("min_video_frames", int, 2, "a video with fewer frames is bad ('too_short': a still is no video)",
       min=1, group="product"),
+    O("max_frame_pixels", int, 7680 * 4320, "a video or image whose frames have more pixels (width x "
+      "height, read from the header before decoding) is bad ('too_large'); default 8K UHD; 0: no limit",
+      min=0, group="product"),
     O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
     O("early_stop_patience", int, -1, "stop after this many validations without improvement; -1 off",
       group="product"),
@@ -233,7 +240,7 @@ def check_lse_loss(score_agg_func: str, loss_type: str | None) -> None:
     """ClipBERT's lse loss is a cross-entropy over the classes of every clip: ``score_agg_func`` 'lse'
     needs ``loss_type`` 'ce'. The one check of that rule (at parse time, and by the loss itself)."""
     if score_agg_func == "lse" and loss_type not in (None, "ce"):
-        raise ConfigError(f"score_agg_func='lse' requires loss_type='ce', got loss_type={loss_type!r}")
+        raise ConfigError(f"score_agg_func='lse' requires loss_type='ce', got loss_type={shown(loss_type)}")
 
 
 def profile_range(spec: str) -> tuple[int, int]:
@@ -241,7 +248,7 @@ def profile_range(spec: str) -> tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", spec)
     first, last = (int(m.group(1)), int(m.group(2) or m.group(1))) if m else (0, 0)
     if not m or not 1 <= first <= last:
-        raise ConfigError(f"profile_steps={spec!r} is invalid: expected A-B with 1 <= A <= B (optimizer "
+        raise ConfigError(f"profile_steps={shown(spec)} is invalid: expected A-B with 1 <= A <= B (optimizer "
                           f"steps, e.g. 10-15), or one step A")
     return first, last
 
@@ -263,7 +270,7 @@ def load_ans2label(path: str) -> dict:
     The one reader of the file (config check, datasets, evaluation): it is read once per process and
     version (path, size, modification time); each caller gets its own copy."""
     if not os.path.isfile(path):
-        raise ConfigError(f"ans2label_path={path!r}: file not found")
+        raise ConfigError(f"ans2label_path={shown(path)}: file not found")
     st = os.stat(path)
     return dict(_read_ans2label(os.path.realpath(path), st.st_size, st.st_mtime_ns, path))
 
@@ -275,11 +282,12 @@ def _read_ans2label(real_path: str, _size: int, _mtime_ns: int, path: str) -> di
         with open(real_path, encoding="utf-8-sig") as f:
             ans2label = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"ans2label_path={path!r}: invalid JSON ({e})") from None
+        raise ConfigError(f"ans2label_path={shown(path)}: invalid JSON ({e})") from None
     if not isinstance(ans2label, dict) or not ans2label:
-        raise ConfigError(f"ans2label_path={path!r}: expected a non-empty JSON object {{answer: label}}")
+        raise ConfigError(f"ans2label_path={shown(path)}: expected a non-empty JSON object {{answer: label}}")
     if sorted(ans2label.values()) != list(range(len(ans2label))):
-        raise ConfigError(f"ans2label_path={path!r}: labels must be 0..{len(ans2label) - 1} without gaps")
+        raise ConfigError(f"ans2label_path={shown(path)}: labels must be 0..{len(ans2label) - 1} "
+                          "without gaps")
     return ans2label
 
 
@@ -306,7 +314,7 @@ def _video_qa_post(cfg: Config, _notices: list) -> None:
             for i, d in enumerate(cfg.get(key) or []):
                 if isinstance(d.txt, dict) and cfg.task not in d.txt:
                     raise ConfigError(f"{key}[{i}].txt has no entry for task {cfg.task!r}; "
-                                      f"keys: {', '.join(d.txt)}")
+                                      f"keys: {clip(', '.join(d.txt), 300)}")
 
 
 SHARED = TaskSpec("shared", SHARED_OPTIONS, _shared_post, parent=None)

@@ -5,6 +5,7 @@ from src.config.options import load_ans2label
 from src.config.schema import Config, ConfigError
 from src.config.schema import Option as O
 from src.config.task_spec import TaskSpec
+from src.utils.errors import shown
 
 VQA_OPTIONS = [
     O("ans2label_path", str, None, "json {answer: label}: the answer vocabulary (from the training answers)",
@@ -25,7 +26,8 @@ def _vqa_post(cfg: Config, _notices: list) -> None:
     for key in ("train_datasets", "val_datasets"):
         for i, d in enumerate(cfg.get(key) or []):
             if d.get("vis_format", "image") != "image":
-                raise ConfigError(f"{key}[{i}].vis_format={d['vis_format']!r}: VQA reads images; use 'image'")
+                raise ConfigError(f"{key}[{i}].vis_format={shown(d['vis_format'])}: VQA reads images; "
+                                  "use 'image'")
     if not cfg.ans2label_path:
         if cfg.do_inference:  # inference takes the vocabulary from the trained run
             return

@@ -4,7 +4,6 @@ Precedence is CLI > JSON > default, where "CLI" means what argparse parsed (so a
 like ``--learning`` still beats the JSON file); ``$CLIPBERT_OVERRIDES`` is appended to the command line.
 """
 import argparse
-import json
 import logging
 import os
 import shlex
@@ -12,16 +11,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Optional
 
+from src.config.json_file import load_json_object
 from src.config.path_roots import map_paths, parse_prefix, prefix_spec
 from src.config.schema import Config, ConfigError, Option, coerce, suggest
 from src.config.tasks import post_parse_chain, task_options
+from src.utils.errors import clip, line_of, shown
 
 logger = logging.getLogger(__name__)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"command line: {message}")
+        raise ConfigError(f"command line: {clip(message, 300)}")
 
 
 def build_parser(task: str) -> argparse.ArgumentParser:
@@ -39,20 +40,6 @@ def build_parser(task: str) -> argparse.ArgumentParser:
     return p
 
 
-def _load_json(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise ConfigError(f"--config {path!r}: file not found")
-    try:
-        with open(path, encoding="utf-8-sig") as f:  # a BOM is not part of the JSON
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"--config {path!r}: invalid JSON at line {e.lineno} column {e.colno}: "
-                          f"{e.msg}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path!r}: expected a JSON object of options, got {type(data).__name__}")
-    return data
-
-
 OVERRIDES_ENV = "CLIPBERT_OVERRIDES"
 
 
@@ -68,7 +55,7 @@ def env_overrides() -> list[str]:
     try:
         return shlex.split(text)
     except ValueError as e:
-        raise ConfigError(f"${OVERRIDES_ENV}={text!r}: {e}") from None
+        raise ConfigError(f"${OVERRIDES_ENV}={shown(text)}: {e}") from None
 
 
 def parse_args(task: str, argv: Optional[Sequence[str]] = None) -> Config:
@@ -87,7 +74,7 @@ def parse_args(task: str, argv: Optional[Sequence[str]] = None) -> Config:
     values = {n: o.default for n, o in opts.items()}
     given = set()
     notices = []
-    json_values = _load_json(cfg_path) if cfg_path else {}
+    json_values = load_json_object(cfg_path) if cfg_path else {}
     spec = prefix_spec(cli, json_values)
     roots = parse_prefix(spec)  # /txt, /img, /pretrain, /storage -> the user's folders
     if spec and "path_prefix" in opts:
@@ -96,7 +83,7 @@ def parse_args(task: str, argv: Optional[Sequence[str]] = None) -> Config:
         if k not in opts:
             if k == "config":
                 continue
-            raise ConfigError(f"unknown option {k!r} in {cfg_path}{suggest(k, opts)}")
+            raise ConfigError(f"unknown option {shown(k)} in {clip(cfg_path)}{suggest(k, opts)}")
         values[k] = coerce(opts[k], map_paths(v, roots, k), os.path.basename(cfg_path))
         given.add(k)
     for k, v in cli.items():
@@ -128,14 +115,14 @@ def _unknown_argument(tok: str, opts: dict[str, Option]) -> ConfigError:
         hint = suggest(flag[2:], flags)
         if flag[2:] in opts and opts[flag[2:]].json_only:
             hint = f"; {flag[2:]} can only be set in the --config JSON file"
-        return ConfigError(f"command line: unknown option {flag!r}{hint}")
-    return ConfigError(f"command line: unexpected argument {tok!r}")
+        return ConfigError(f"command line: unknown option {shown(flag)}{hint}")
+    return ConfigError(f"command line: unexpected argument {shown(tok)}")
 
 
 def _raw(cfg_path: Optional[str], cli: dict, name: str) -> Any:
     if name in cli:
         return cli[name]
-    return _load_json(cfg_path)[name]
+    return load_json_object(cfg_path)[name]
 
 
 def parse_args_or_exit(task: str, argv: Optional[Sequence[str]] = None) -> Config:
@@ -143,5 +130,5 @@ def parse_args_or_exit(task: str, argv: Optional[Sequence[str]] = None) -> Confi
     try:
         return parse_args(task, argv)
     except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
+        print(f"config error: {line_of(e)}", file=sys.stderr)
         sys.exit(2)

@@ -10,6 +10,7 @@ import os
 from typing import Any, Optional
 
 from src.config.schema import ConfigError
+from src.utils.errors import shown
 
 ROOTS = ("txt", "img", "pretrain", "storage")
 PREFIX_ENV = "CLIPBERT_PATH_PREFIX"
@@ -27,7 +28,7 @@ def parse_prefix(spec: Optional[str], source: str = "path_prefix") -> dict[str, 
         root, sep, folder = part.strip().partition("=")
         root = root.strip().lstrip("/")
         if not sep or root not in ROOTS or not folder.strip():
-            raise ConfigError(f"{source}={spec!r} is invalid: expected a folder, or root=folder pairs "
+            raise ConfigError(f"{source}={shown(spec)} is invalid: expected a folder, or root=folder pairs "
                               f"separated by commas with root one of {', '.join(ROOTS)} "
                               f"(e.g. txt=/data/txt_db,img=/data/vis_db)")
         out[root] = folder.strip()

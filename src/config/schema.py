@@ -3,11 +3,12 @@
 JSON or command-line value into the option's type (or a one-line error naming key, value and the fix).
 """
 import difflib
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Optional, Union
+
+from src.utils.errors import clip, shown
 
 
 class ConfigError(ValueError):
@@ -112,7 +113,8 @@ _BOOL_TRUE, _BOOL_FALSE = ("1", "true", "True", "yes"), ("0", "false", "False", 
 
 # value checking
 def _fmt(v):
-    return json.dumps(v) if not isinstance(v, str) else repr(v)
+    """A value as an error quotes it (clipped: a 50 MB value is named, not repeated)."""
+    return shown(v)
 
 
 def _allowed(o):
@@ -130,10 +132,10 @@ def _allowed(o):
 def _bad(o, value, source, why=None):
     why = why or f"expected {_allowed(o)}"
     if source == "command line":  # show what was typed
-        shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        typed = clip(" ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value))
     else:
-        shown = _fmt(value)
-    return ConfigError(f"{o.name}={shown} ({source}) is invalid: {why}")
+        typed = _fmt(value)
+    return ConfigError(f"{o.name}={typed} ({source}) is invalid: {why}")
 
 
 def _scalar(o, v, source, from_cli):
@@ -225,7 +227,7 @@ def _check_datasets(o, value, source):
                               "{name, txt, img}")
         for k in d:
             if k not in _DS_KEYS:
-                raise ConfigError(f"{where} ({source}) has unknown key {k!r}{suggest(k, _DS_KEYS)}; "
+                raise ConfigError(f"{where} ({source}) has unknown key {_fmt(k)}{suggest(k, _DS_KEYS)}; "
                                   f"allowed: {', '.join(_DS_KEYS)}")
         for k in ("name", "txt", "img"):
             if k not in d:
@@ -244,7 +246,10 @@ def _check_datasets(o, value, source):
 
 
 def suggest(name: str, names: Iterable[str]) -> str:
-    """``"; did you mean 'x'?"`` for the closest of ``names``, or ``""``."""
+    """``"; did you mean 'x'?"`` for the closest of ``names``, or ``""`` (also for a name far longer
+    than any option: difflib would index all of it)."""
+    if len(name) > 100:
+        return ""
     m = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
     return f"; did you mean {m[0]!r}?" if m else ""
 

@@ -5,7 +5,7 @@ by task), inference_txt_db / inference_img_db (split "inference"), tokenizer_dir
 max_img_size, fps, num_frm, frm_sampling_strategy, train_n_clips, inference_n_clips,
 random_sample_clips, max_n_example_per_group, itm_neg_size, ans2label_path, task,
 skip_bad_videos, data_ratio, seed, eval_retrieval_batch_size / inference_batch_size,
-min_video_frames. Defaults are the config schema's (a plain dict is completed by
+min_video_frames, max_frame_pixels. Defaults are the config schema's (a plain dict is completed by
 ``src.config.with_defaults``). When `txt` is a dict, the key is the task: cfg.task for
 video QA, "retrieval" for retrieval and "msrvtt_mc" for MC.
 
@@ -128,7 +128,7 @@ def _common(cfg, name, is_train):
     return {"fps": cfg.fps, "num_frm": cfg.num_frm,
             "max_img_size": cfg.max_img_size, "is_train": is_train,
             "skip_bad_videos": bool(cfg.skip_bad_videos),
-            "min_video_frames": cfg.min_video_frames, "name": name}
+            "min_video_frames": cfg.min_video_frames, "max_frame_pixels": cfg.max_frame_pixels, "name": name}
 
 
 def _train_clips(cfg):

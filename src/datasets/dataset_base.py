@@ -8,6 +8,7 @@ import torch
 from torch.utils.data import Dataset
 
 from src.datasets.decoder import (
+    MAX_FRAME_PIXELS,
     SAMPLING_STRATEGIES,
     VideoDecodeError,
     decode_clip,
@@ -138,13 +139,15 @@ class VideoDatasetBase(BadVideoLog, Dataset):
             evaluation reports it and fails at the end of the pass unless skip_bad_videos.
         skip_bad_videos: evaluation only: drop bad videos (reported) instead of failing.
         min_video_frames: a video with fewer frames is "too_short" (default 2: a still is no video).
+        max_frame_pixels: a video (or image) with larger frames is "too_large", refused from its header
+            before decoding (0: no limit).
         max_retries: training attempts per item before raising.
         name: used in log lines and errors.
     """
 
     def __init__(self, datalist, img_lmdb_dir, fps=1, num_frm=3, frm_sampling_strategy="rand",
                  max_img_size=448, n_clips=1, clip_mode="strategy", is_train=False, skip_bad_videos=False,
-                 min_video_frames=2, max_retries=10, name="dataset"):
+                 min_video_frames=2, max_retries=10, name="dataset", max_frame_pixels=MAX_FRAME_PIXELS):
         if frm_sampling_strategy not in SAMPLING_STRATEGIES:
             raise ValueError(f"frm_sampling_strategy={frm_sampling_strategy!r} is not one of "
                              f"{SAMPLING_STRATEGIES}")
@@ -157,6 +160,7 @@ class VideoDatasetBase(BadVideoLog, Dataset):
         self.fps, self.num_frm, self.frm_sampling_strategy = fps, int(num_frm), frm_sampling_strategy
         self.max_img_size, self.n_clips, self.clip_mode = int(max_img_size), int(n_clips), clip_mode
         self.min_video_frames, self.max_retries = min_video_frames, max_retries
+        self.max_frame_pixels = int(max_frame_pixels)
         self.init_bad_video_log(name, is_train, skip_bad_videos)
 
     # -- video ---------------------------------------------------------------------------------
@@ -168,7 +172,7 @@ class VideoDatasetBase(BadVideoLog, Dataset):
             raise VideoDecodeError("missing_key", e.args[0]) from None
         frames = decode_clips(data, num_frames=self.num_frm, target_fps=self.fps, n_clips=self.n_clips,
                               mode=self.clip_mode, sampling_strategy=self.frm_sampling_strategy,
-                              min_video_frames=self.min_video_frames)
+                              min_video_frames=self.min_video_frames, max_frame_pixels=self.max_frame_pixels)
         h, w = frames.shape[-2:]
         if not (1 / 5 < h / w < 5):  # ClipBERT's aspect-ratio rule
             raise VideoDecodeError("aspect_ratio", f"frame size {h}x{w}: aspect ratio outside (1/5, 5)")

@@ -89,7 +89,7 @@ class PretrainDataset(VideoDatasetBase):
             data = self.store.get(vid_id)
         except KeyError as e:
             raise VideoDecodeError("missing_key", e.args[0]) from None
-        return resize_and_pad(decode_image(data), self.max_img_size)
+        return resize_and_pad(decode_image(data, self.max_frame_pixels), self.max_img_size)
 
     def _negative(self, img_id, rng):
         for _ in range(5):  # ClipBERT: 5 tries for a caption of another image

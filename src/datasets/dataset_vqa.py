@@ -19,7 +19,7 @@ import torch
 from src.datasets.collate import CollatorBase, stack_visual, tokenize
 from src.datasets.data_utils import flat_list_of_lists
 from src.datasets.dataset_base import VideoDatasetBase
-from src.datasets.decoder import VideoDecodeError
+from src.datasets.decoder import MAX_FRAME_PIXELS, VideoDecodeError
 from src.datasets.image_ops import resize_and_pad
 
 logger = logging.getLogger(__name__)
@@ -96,15 +96,22 @@ def vqa_target(labels, ans2label):
     return target
 
 
-def decode_image(data):
-    """Image bytes -> uint8 (1, 3, H, W) RGB; raises VideoDecodeError (the datasets' bad-item path)."""
+def decode_image(data, max_pixels=MAX_FRAME_PIXELS):
+    """Image bytes -> uint8 (1, 3, H, W) RGB; raises VideoDecodeError (the datasets' bad-item path).
+    An image above `max_pixels` (0: Pillow's own limit only) is 'too_large', from its header."""
     import numpy as np
     from PIL import Image, UnidentifiedImageError
     if not data:
         raise VideoDecodeError("empty", "empty image bytes")
     try:
         with Image.open(io.BytesIO(data)) as img:
+            w, h = img.size
+            if max_pixels and w * h > max_pixels:
+                raise VideoDecodeError("too_large", f"image size {w}x{h} ({w * h} pixels) is above "
+                                                    f"max_frame_pixels={max_pixels}")
             arr = np.asarray(img.convert("RGB"))
+    except Image.DecompressionBombError as e:
+        raise VideoDecodeError("too_large", f"PIL refuses the image ({e})") from None
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise VideoDecodeError("decode_failed", f"PIL cannot decode the image ({e})") from None
     return torch.from_numpy(arr.copy()).permute(2, 0, 1).unsqueeze(0)
@@ -141,7 +148,7 @@ class VQADataset(VideoDatasetBase):
             data = self.store.get(vid_id)
         except KeyError as e:
             raise VideoDecodeError("missing_key", e.args[0]) from None
-        img = decode_image(data)
+        img = decode_image(data, self.max_frame_pixels)
         h, w = img.shape[-2:]
         if not (1 / 5 < h / w < 5):
             raise VideoDecodeError("aspect_ratio", f"image size {h}x{w}: aspect ratio outside (1/5, 5)")

@@ -22,6 +22,13 @@ Two implementations of the same selection:
 Fixes over ClipBERT (documented, only where ClipBERT failed): a container whose stream reports
 `frames == 0` is decoded in full (decode-all path) instead of failing with ZeroDivisionError;
 the duration safeguard reads packet timestamps instead of decoding the whole stream (same max pts).
+
+Bounded memory (ClipBERT held every decoded frame of the window, i.e. of the whole video on the
+decode-all path that MKV/WebM take, and decoded frames of any size): a frame larger than
+`max_frame_pixels` (width x height from the container header, checked before anything is decoded; the
+decoder's own `max_pixels` guards a header that lies) is refused with reason 'too_large', and a window
+keeps at most `WINDOW_KEEP_BYTES` of decoded frames: a longer one is decoded once for its timestamps
+and again for the picked frames only (:func:`decode_window`; same frames).
 """
 import io
 import math
@@ -35,6 +42,8 @@ import torch
 from src.config.options import FRAME_SAMPLING_STRATEGIES as SAMPLING_STRATEGIES  # the option's choices
 from src.datasets.packet_window import SEEK_MARGIN, decode_segment, scan_windows, tail_max_pts
 
+MAX_FRAME_PIXELS = 7680 * 4320  # default limit (8K UHD), as Pillow's MAX_IMAGE_PIXELS for images
+WINDOW_KEEP_BYTES = 64 * 2 ** 20  # decoded frames a window keeps before it re-decodes for the picks
 _THREE_CLIPS = ("start", "middle", "end")
 
 
@@ -42,7 +51,7 @@ class VideoDecodeError(Exception):
     """A video could not yield frames. `reason` is one of REASONS; str() is a one-line message."""
 
     REASONS = ("empty", "open_failed", "no_video_stream", "decode_failed", "no_frames",
-               "too_short", "aspect_ratio", "missing_key")
+               "too_short", "too_large", "aspect_ratio", "missing_key")
 
     def __init__(self, reason, message):
         assert reason in self.REASONS, reason
@@ -63,8 +72,10 @@ def _is_iso_bmff(buf):
     return isinstance(buf, (bytes, bytearray, memoryview)) and bytes(buf[4:8]) == b"ftyp"
 
 
-def open_container(video_bytes, multi_thread_decode=False):
-    """Open bytes (or a file-like object) with PyAV; raise VideoDecodeError('empty'|'open_failed'|...)."""
+def open_container(video_bytes, multi_thread_decode=False, max_frame_pixels=MAX_FRAME_PIXELS):
+    """Open bytes (or a file-like object) with PyAV; raise VideoDecodeError('empty'|'open_failed'|
+    'no_video_stream'|'too_large'). A frame size above `max_frame_pixels` (0: no limit) is refused from
+    the header before any frame is decoded, and the decoder refuses larger frames too."""
     if isinstance(video_bytes, (bytes, bytearray, memoryview)):
         if len(video_bytes) == 0:
             raise VideoDecodeError("empty", "video has 0 bytes")
@@ -73,19 +84,29 @@ def open_container(video_bytes, multi_thread_decode=False):
         stream_io = video_bytes
         if hasattr(stream_io, "getbuffer") and stream_io.getbuffer().nbytes == 0:
             raise VideoDecodeError("empty", "video has 0 bytes")
+    # FFmpeg's probe decodes a frame or two: max_pixels keeps it from allocating a huge one (with slack:
+    # FFmpeg checks its aligned buffer sizes, e.g. 128x128 for a 96x96 frame)
+    limit = {"max_pixels": str(2 * int(max_frame_pixels) + 2 ** 16)} if max_frame_pixels else None
     container = None
     if _is_iso_bmff(video_bytes if not hasattr(stream_io, "getbuffer") else stream_io.getbuffer()):
         try:  # the demuxer FFmpeg's probe picks for these files anyway; skipping the probe saves ~0.5 ms
-            container = av.open(stream_io, format="mp4", metadata_errors="ignore")
+            container = av.open(stream_io, format="mp4", metadata_errors="ignore", options=limit)
         except Exception:
             stream_io.seek(0)
     try:
-        container = container or av.open(stream_io, metadata_errors="ignore")
+        container = container or av.open(stream_io, metadata_errors="ignore", options=limit)
     except Exception as e:  # PyAV raises many FFmpeg error types (InvalidDataError, EOFError, ...)
         raise VideoDecodeError("open_failed", f"cannot open video container: {type(e).__name__}: {e}") from e
     if not container.streams.video:
         container.close()
         raise VideoDecodeError("no_video_stream", "container has no video stream")
+    cc = container.streams.video[0].codec_context
+    if max_frame_pixels and cc.width * cc.height > max_frame_pixels:
+        container.close()
+        raise VideoDecodeError("too_large", f"frame size {cc.width}x{cc.height} ({cc.width * cc.height} "
+                                            f"pixels) is above max_frame_pixels={max_frame_pixels}")
+    if limit:
+        cc.options = limit
     if multi_thread_decode:
         container.streams.video[0].thread_type = "AUTO"
     return container
@@ -117,9 +138,12 @@ def temporal_sampling_indices(n_frames, start_idx, end_idx, num_samples):
     return index.tolist()
 
 
-def decode_window(container, start_pts, end_pts, buffer_size=0):
-    """Seek to the keyframe before start_pts, decode frames with pts in [start, end] plus the
-    first `buffer_size` (min 1, as ClipBERT's loop) frames past end. Returns (frames by pts, max pts)."""
+def _window_pass(container, start_pts, end_pts, buffer_size, keep_bytes=None, wanted=None,
+                 stop_when_kept=False):
+    """One decode of ClipBERT's window: seek to the keyframe before start_pts, frames with pts >= start,
+    up to the first `buffer_size` (min 1) past end. Returns ({pts: frame} kept, sorted window pts,
+    whether every frame is kept, whether a pts came twice). Keeps the frames whose pts is in `wanted`
+    (`stop_when_kept`: stop once all are), or every frame while they fit in `keep_bytes`."""
     stream = container.streams.video[0]
     seek_offset = max(start_pts - SEEK_MARGIN, 0)
     try:
@@ -127,26 +151,55 @@ def decode_window(container, start_pts, end_pts, buffer_size=0):
     except Exception as e:
         raise VideoDecodeError("decode_failed",
                                f"seek to pts {seek_offset} failed: {type(e).__name__}: {e}") from e
-    frames = {}
-    buffer_count = 0
-    max_pts = 0
+    kept, seen, n_frames, size, complete, buffer_count = {}, set(), 0, 0, wanted is None, 0
     try:
         for frame in container.decode(video=0):
-            if frame.pts is None:
+            if frame.pts is None or frame.pts < start_pts:
                 continue
-            max_pts = max(max_pts, frame.pts)
-            if frame.pts < start_pts:
-                continue
-            frames[frame.pts] = frame
+            seen.add(frame.pts)
+            n_frames += 1
+            if wanted is not None:
+                if frame.pts in wanted:
+                    kept[frame.pts] = frame  # a later frame with the same pts wins, as in ClipBERT
+                    if stop_when_kept and len(kept) == len(wanted):
+                        break
+            elif complete:
+                kept[frame.pts] = frame
+                size += sum(p.buffer_size for p in frame.planes)
+                if size > keep_bytes:
+                    kept, complete = {}, False
             if frame.pts > end_pts:
                 buffer_count += 1
                 if buffer_count >= buffer_size:
                     break
     except Exception as e:
-        if not frames:
+        if not seen:
             raise VideoDecodeError("decode_failed", f"decoding failed: {type(e).__name__}: {e}") from e
         # ClipBERT also lost the whole video here; we keep the frames decoded before the corruption
-    return [frames[pts] for pts in sorted(frames)], max_pts
+    return kept, sorted(seen), complete, n_frames > len(seen)
+
+
+def decode_window(container, start_pts, end_pts, pick, buffer_size=0, keep_bytes=None):
+    """ClipBERT's decoded window (frames with pts in [start, end] plus the first `buffer_size`, min 1,
+    past end, sorted by pts) and `pick(n)` -> the indices taken from it. Returns (the picked frames,
+    the window's length); ([], 0) for an empty window.
+
+    Memory is bounded by what the sampling needs: a window whose frames pass `keep_bytes` (a whole
+    MKV/WebM on the decode-all path, whose frame count is unknown until it is decoded) is decoded
+    once for its timestamps only, then again keeping only the picked frames (the same frames).
+    `keep_bytes` defaults to WINDOW_KEEP_BYTES."""
+    keep_bytes = WINDOW_KEEP_BYTES if keep_bytes is None else keep_bytes
+    kept, pts, complete, repeats = _window_pass(container, start_pts, end_pts, buffer_size, keep_bytes)
+    if not pts:
+        return [], 0
+    idx = pick(len(pts))
+    if not complete:
+        # without repeated pts (the last frame of a pts wins) the pass can stop at the last wanted frame
+        kept = _window_pass(container, start_pts, end_pts, buffer_size, wanted={pts[i] for i in idx},
+                            stop_when_kept=not repeats)[0]
+        if any(pts[i] not in kept for i in idx):
+            raise VideoDecodeError("decode_failed", "decoding the window again gave other frames")
+    return [kept[pts[i]] for i in idx], len(pts)
 
 
 def stream_max_pts(container):
@@ -212,30 +265,48 @@ def decode_clip(container, num_frames, target_fps, clip_idx, num_clips=None,
     """
     assert clip_idx >= -2, clip_idx
     info = info or stream_info(container)
-    decode_all = not _is_selective(info)
-    if decode_all:  # no duration or no frame count: decode everything (ClipBERT's decode-all path)
-        start_pts, end_pts, video_max_pts = 0, math.inf, None
-    else:
-        start_pts, end_pts, video_max_pts = plan_window(
-            info, num_frames, target_fps, clip_idx, num_clips, safeguard_duration, video_max_pts,
-            lambda: stream_max_pts(container), sampling_rate)
-    frames, _ = decode_window(container, start_pts, end_pts)
+    if not _is_selective(info):  # no duration or no frame count: ClipBERT's decode-all path
+        call = {"clip_idx": clip_idx, "num_clips": num_clips}
+        clips = decode_all_path(container, info, [call], num_frames, target_fps, sampling_rate,
+                                min_video_frames)
+        return _stack(clips[0]), None
+    start_pts, end_pts, video_max_pts = plan_window(
+        info, num_frames, target_fps, clip_idx, num_clips, safeguard_duration, video_max_pts,
+        lambda: stream_max_pts(container), sampling_rate)
+    frames, _ = decode_window(container, start_pts, end_pts, lambda n: pick_in_window(
+        n, clip_idx, num_frames, target_fps, info.fps, sampling_rate))
     if not frames:
         err = VideoDecodeError("no_frames", f"no frames decoded in pts window [{start_pts}, {end_pts}]")
         err.video_max_pts = video_max_pts  # ClipBERT returned (None, video_max_pts) here
         raise err
-    if decode_all and len(frames) < min_video_frames:  # length unknown from metadata: count decoded
-        raise VideoDecodeError("too_short", f"video has {len(frames)} frame(s), fewer than "
-                                            f"min_video_frames={min_video_frames}")
-    if decode_all:
-        clip_size = len(frames) if clip_idx == -2 else sampling_rate * num_frames / target_fps * info.fps
-        start_idx, end_idx = get_start_end_idx(len(frames), clip_size, clip_idx,
-                                               num_clips if num_clips else 1)
-        idx = temporal_sampling_indices(len(frames), start_idx, end_idx, num_frames)
-    else:
-        idx = pick_in_window(len(frames), clip_idx, num_frames, target_fps, info.fps, sampling_rate)
-    arr = np.stack([frames[i].to_ndarray(format="rgb24") for i in idx])
-    return arr, video_max_pts
+    return _stack([f.to_ndarray(format="rgb24") for f in frames]), video_max_pts
+
+
+def decode_all_path(container, info, calls, num_frames, target_fps, sampling_rate=1, min_video_frames=1):
+    """ClipBERT's decode-all path (the header gives no duration or no frame count: MKV, WebM,
+    elementary streams): each clip of `calls` ({clip_idx, num_clips}) is chosen over all the video's
+    frames, in call order (the same random draws). One bounded decode (:func:`decode_window`) serves
+    every clip. Returns per clip a list of uint8 (H, W, 3) frames."""
+    def pick(n):
+        if n < min_video_frames:  # length unknown from metadata: count decoded
+            raise VideoDecodeError("too_short", f"video has {n} frame(s), fewer than "
+                                                f"min_video_frames={min_video_frames}")
+        idx = []
+        for c in calls:
+            clip_size = n if c["clip_idx"] == -2 else sampling_rate * num_frames / target_fps * info.fps
+            start_idx, end_idx = get_start_end_idx(n, clip_size, c["clip_idx"], c.get("num_clips") or 1)
+            idx += temporal_sampling_indices(n, start_idx, end_idx, num_frames)
+        return idx
+
+    frames, _ = decode_window(container, 0, math.inf, pick)
+    if not frames:
+        err = VideoDecodeError("no_frames", "no frames decoded")
+        err.video_max_pts = None
+        raise err
+    rgb = {}
+    arrs = [rgb[id(f)] if id(f) in rgb else rgb.setdefault(id(f), f.to_ndarray(format="rgb24"))
+            for f in frames]
+    return [arrs[k * num_frames:(k + 1) * num_frames] for k in range(len(calls))]
 
 
 def strategy_to_clip(sampling_strategy):
@@ -299,13 +370,13 @@ def _decode_planned_clips(container, info, calls, num_frames, target_fps):
     clips = _decode_fast(container, info, plans, num_frames, target_fps)
     for k, arr in enumerate(clips):
         if arr is None:  # reference path for this clip, same window
-            _, start_pts, end_pts = plans[k]
-            frames, _ = decode_window(container, start_pts, end_pts)
+            clip_idx, start_pts, end_pts = plans[k]
+            frames, _ = decode_window(container, start_pts, end_pts, lambda n, c=clip_idx: pick_in_window(
+                n, c, num_frames, target_fps, info.fps))
             if not frames:
                 raise VideoDecodeError("no_frames", f"no frames decoded in pts window "
                                                     f"[{start_pts}, {end_pts}]")
-            idx = pick_in_window(len(frames), plans[k][0], num_frames, target_fps, info.fps)
-            clips[k] = [frames[i].to_ndarray(format="rgb24") for i in idx]
+            clips[k] = [f.to_ndarray(format="rgb24") for f in frames]
     return clips
 
 
@@ -313,23 +384,35 @@ def _as_tchw(clips):
     """Copy the clips' (H, W, 3) frames once into one (N, H, W, 3) buffer and return it as a
     (N, 3, H, W) view: a channel-first copy costs more than the RGB conversion itself at 720p, and
     the consumers (resize, float conversion, collate) read any stride."""
-    return torch.from_numpy(np.stack([f for clip in clips for f in clip])).permute(0, 3, 1, 2)
+    return torch.from_numpy(_stack([f for clip in clips for f in clip])).permute(0, 3, 1, 2)
+
+
+def _stack(frames):
+    """np.stack of (H, W, 3) frames; frames of different sizes (the size changes inside the stream)
+    make a bad video, not a crash."""
+    sizes = {f.shape[:2] for f in frames}
+    if len(sizes) > 1:
+        raise VideoDecodeError("decode_failed", "the frame size changes inside the video: "
+                                                + ", ".join(f"{w}x{h}" for h, w in sorted(sizes)))
+    return np.stack(frames)
 
 
 def decode_clips(video_bytes, num_frames, target_fps, n_clips=1, mode="strategy",
-                 sampling_strategy="rand", min_video_frames=1, multi_thread_decode=False, fast=True):
+                 sampling_strategy="rand", min_video_frames=1, multi_thread_decode=False, fast=True,
+                 max_frame_pixels=MAX_FRAME_PIXELS):
     """Decode `n_clips` clips of one video with a single open container -> uint8 (n*T, 3, H, W).
 
     mode "strategy": each clip chosen by `sampling_strategy` independently (ClipBERT's
     single clip and `_load_video_multi_clips_random`); mode "uniform": clip k of n evenly
     spaced windows with the duration safeguard (ClipBERT's `_load_video_multi_clips_uniform`).
-    A video whose stream reports fewer than `min_video_frames` frames raises reason 'too_short'.
+    A video whose stream reports fewer than `min_video_frames` frames raises reason 'too_short', one
+    with frames above `max_frame_pixels` (0: no limit) 'too_large' before anything is decoded.
     fast=True decodes only the picked frames and their references (same frames as the reference
     path, which `fast=False` runs; any clip the fast path cannot serve falls back to it).
     """
     if mode not in ("strategy", "uniform"):
         raise ValueError(f"mode={mode!r} must be 'strategy' or 'uniform'")
-    container = open_container(video_bytes, multi_thread_decode)
+    container = open_container(video_bytes, multi_thread_decode, max_frame_pixels)
     try:
         info = stream_info(container)
         n_total = info.frames_length
@@ -343,7 +426,10 @@ def decode_clips(video_bytes, num_frames, target_fps, n_clips=1, mode="strategy"
             clip_idx, num_clips = strategy_to_clip(sampling_strategy)
             calls = [{"clip_idx": clip_idx, "num_clips": num_clips} for _ in range(n_clips)]
         clips = [None] * n_clips
-        if fast and _is_selective(info):
+        if not _is_selective(info):
+            clips = decode_all_path(container, info, calls, num_frames, target_fps,
+                                    min_video_frames=min_video_frames)
+        elif fast:
             clips = _decode_planned_clips(container, info, calls, num_frames, target_fps)
         else:
             video_max_pts = None

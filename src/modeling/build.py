@@ -6,7 +6,6 @@ loads ``e2e_weights_path`` (whole model) or else ``cnn_weights_path`` / ``bert_w
 applies ``freeze_cnn``. Every load logs a key table (src.utils.load_save); the summaries are kept in
 ``model.load_summaries``.
 """
-import json
 import logging
 import os
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from typing import Any
 from transformers import BertConfig
 
 from src.config import with_defaults
+from src.config.json_file import load_json_object
 from src.modeling.backbone import GridFeatBackbone, build_resnet
 from src.modeling.clipbert import ClipBert, ClipBertTransformer
 from src.modeling.heads import make_head
@@ -40,11 +40,7 @@ def load_model_config(path: str) -> tuple[BertConfig, dict]:
     if not path or not os.path.isfile(path):
         raise FileNotFoundError(f"model_config {path!r} does not exist; point model_config at a JSON "
                                 "such as configs/model/base_model.json")
-    with open(path, encoding="utf-8-sig") as f:
-        try:
-            raw = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"model_config {path!r} is not valid JSON: {e}") from e
+    raw = load_json_object(path, "model_config")  # bounded size and depth, no key given twice
     values = {**MODEL_CONFIG_DEFAULTS, **raw}
     for key in ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
                 "vocab_size"):
@@ -144,8 +140,9 @@ def load_initial_weights(model: ClipBert, cfg, raw: dict) -> None:
     """End-to-end weights (e2e_weights_path), else the CNN and BERT weights separately."""
     cnn_weights = cfg.cnn_weights_path or cfg.detectron2_weights_path
     _check_cnn_weights(cnn_weights)
+    allow = bool(cfg.allow_unmatched_weights)
     if cfg.e2e_weights_path:
-        model.load_e2e_weights(cfg.e2e_weights_path)
+        model.load_e2e_weights(cfg.e2e_weights_path, allow_unmatched=allow)
     else:
-        model.load_separate_ckpt(cnn_weights_path=cnn_weights,
+        model.load_separate_ckpt(cnn_weights_path=cnn_weights, allow_unmatched=allow,
                                  bert_weights_path=cfg.bert_weights_path or raw.get("bert_weights_path"))

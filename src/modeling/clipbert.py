@@ -17,7 +17,12 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertEncoder, 
 
 from src.compat.layer_norm import FusedLayerNorm
 from src.modeling.backbone import convert_c2_names, is_c2_state_dict
-from src.utils.load_save import load_state_dict_file, load_state_dict_with_mismatch, unwrap_state_dict
+from src.utils.load_save import (
+    check_weights_match,
+    load_state_dict_file,
+    load_state_dict_with_mismatch,
+    unwrap_state_dict,
+)
 from src.utils.pretrained_paths import find_weights_file, local_path, resolve_path
 
 logger = logging.getLogger(__name__)
@@ -236,25 +241,30 @@ class ClipBert(nn.Module):
             out["loss"] = self.head.calc_loss(logits, batch["labels"], repeat_counts).mean()
         return out
 
-    def load_separate_ckpt(self, cnn_weights_path=None, bert_weights_path=None):
-        """Load CNN weights (detectron2/grid-feats/ClipBERT file) and BERT weights (file or HF dir)."""
+    def load_separate_ckpt(self, cnn_weights_path=None, bert_weights_path=None, allow_unmatched=False):
+        """Load CNN weights (detectron2/grid-feats/ClipBERT file) and BERT weights (file or HF dir). A file
+        that fits little of its part is an error unless ``allow_unmatched`` (``check_weights_match``)."""
         if cnn_weights_path:
             path = resolve_path(cnn_weights_path)
             sd = map_cnn_keys(unwrap_state_dict(load_state_dict_file(path)))
             self.load_summaries["cnn"] = load_state_dict_with_mismatch(
                 self.cnn, sd, ignore_prefixes=tuple("feature." + p for p in _CNN_IGNORE), source=path)
+            check_weights_match(self.load_summaries["cnn"], self.cnn, path, "cnn_weights_path",
+                                allow_unmatched)
         if bert_weights_path:
             path = find_weights_file(local_path(bert_weights_path, "bert_weights_path"))
             mapped = map_bert_keys(unwrap_state_dict(load_state_dict_file(path)))
             self.load_summaries["bert"] = load_state_dict_with_mismatch(
                 self.transformer, mapped, ignore_prefixes=BERT_IGNORE_PREFIXES, source=path)
+            check_weights_match(self.load_summaries["bert"], self.transformer, path, "bert_weights_path",
+                                allow_unmatched)
         return self.load_summaries
 
-    def load_e2e_weights(self, path_or_state_dict):
+    def load_e2e_weights(self, path_or_state_dict, allow_unmatched=False):
         """Load a full ClipBERT checkpoint (``cnn.*`` + ``transformer.*``), ignoring its unused detector
         keys. From a pretraining checkpoint into a 2-way linear retrieval classifier (``--classifier
         linear``), the ITM head becomes the classifier: zero-shot retrieval, and fine-tuning starts from
-        it."""
+        it. A file that fits little of the model is an error unless ``allow_unmatched``."""
         sd, source = path_or_state_dict, None
         if not isinstance(sd, dict):
             source = resolve_path(sd)
@@ -262,6 +272,8 @@ class ClipBert(nn.Module):
         sd = itm_as_retrieval_classifier(sd, self)
         self.load_summaries["e2e"] = load_state_dict_with_mismatch(
             self, sd, ignore_prefixes=E2E_IGNORE_PREFIXES, source=source)
+        check_weights_match(self.load_summaries["e2e"], self, source or "<state dict>", "e2e_weights_path",
+                            allow_unmatched)
         return self.load_summaries["e2e"]
 
     def freeze_cnn_backbone(self):

@@ -36,14 +36,15 @@ from src.preprocessing.demo_vocab import COLORS, COMBOS, MOTION_OPTIONS, MOTIONS
 
 
 def encode_mp4(frames, fps=10, codec="libx264", size=None, gop=None, crf=20, preset="veryfast",
-               x264_params=""):
+               x264_params="", container_format="mp4"):
     """Encode an iterable of uint8 (H, W, 3) RGB frames into mp4 bytes with PyAV (`x264_params`:
-    extra libx264 options such as "scenecut=0" for a fixed keyframe interval)."""
+    extra libx264 options such as "scenecut=0" for a fixed keyframe interval; `container_format`
+    "matroska" or "webm" (with codec "libvpx") for the containers that give no frame count)."""
     frames = iter(frames)
     first = next(frames)
     h, w = first.shape[:2] if size is None else (size[1], size[0])
     buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as container:
+    with av.open(buf, "w", format=container_format) as container:
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         if codec == "libx264":

@@ -6,7 +6,9 @@
   temp file, fsynced, the previous file kept as ``restore_backup.pt``, then renamed into place. A
   crash at any moment leaves a loadable restore.pt or backup. ClipBERT retried 10 times and then
   silently swallowed errors; here a failed save raises, and an unreadable restore file falls back
-  to the backup with a warning, or raises if nothing can be read.
+  to the backup with a warning, or raises if nothing can be read. Both are read with
+  ``weights_only=True`` (src.utils.safe_load): a file naming anything else (a planted payload) stops the
+  run with one line, without falling back.
 """
 import contextlib
 import logging
@@ -16,7 +18,8 @@ import os
 import torch
 
 import src.compat.hvd as hvd
-from src.utils.errors import CheckpointError, write_error
+from src.utils.errors import CheckpointError, UnsafeFileError, write_error
+from src.utils.safe_load import torch_load
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +160,10 @@ def checkpoints_to_keep(steps: list[int], history: dict[int, float], mode: str, 
     return keep & set(steps)
 
 
+_REFUSED_FIX = (f"this project writes restore files of tensors and plain values only; if you did not put it "
+                f"there, delete {RESTORE} and {BACKUP} in that folder, or rerun with --existing_run restart")
+
+
 class TrainingRestorer:
     """Reads/writes ``restore.pt`` (and its backup) in ``ckpt_dir``."""
 
@@ -180,9 +187,11 @@ class TrainingRestorer:
             if not os.path.exists(p):
                 continue
             try:
-                state = torch.load(p, map_location="cpu", weights_only=False)
+                state = torch_load(p, _REFUSED_FIX, numpy_arrays=True)  # numpy: RNG states written before
                 if not isinstance(state, dict) or "global_step" not in state:
                     raise ValueError("not a restore file (no global_step)")
+            except UnsafeFileError:
+                raise  # not damage: someone else's file; neither it nor the backup is trusted to resume
             except Exception as e:  # a truncated/corrupt file: try the backup
                 logger.warning("restore file %s is unreadable (%s); trying the backup", p, e)
                 errors.append(f"{p}: {e}")

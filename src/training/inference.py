@@ -16,13 +16,12 @@ import logging
 import os
 import tempfile
 
-import torch
-
 import src.compat.hvd as hvd
 from src.config import apply_stored_model_config
 from src.training.checkpoint import load_model_weights, model_step_path, saved_model_steps
 from src.utils.device import training_device
-from src.utils.errors import CheckpointError, one_line, write_error
+from src.utils.errors import CheckpointError, UnsafeFileError, one_line, write_error
+from src.utils.safe_load import torch_load
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +98,8 @@ def _model_from_weights_file(cfg, task):
     path = cfg.e2e_weights_path
     try:
         model = task.build_model(cfg)  # loads e2e_weights_path (src.modeling.build)
+    except UnsafeFileError:
+        raise
     except (RuntimeError, EOFError, OSError, ValueError) as e:
         raise CheckpointError(f"{path} is unreadable ({one_line(e)}); it may be a truncated save") from e
     summary = getattr(model, "load_summaries", {}).get("e2e")
@@ -115,7 +116,11 @@ def _model_from_run(cfg, task):
     path = model_step_path(os.path.join(cfg.output_dir, "ckpt"), cfg.inference_model_step)
     others = [s for s in available_steps(cfg.output_dir) if s != cfg.inference_model_step]
     try:
-        sd = torch.load(path, map_location="cpu")
+        another = f" and pick another --inference_model_step (available: {others})" if others else ""
+        sd = torch_load(path, f"the training run writes it as tensors only: if you did not put it there, "
+                              f"delete it{another}")
+    except UnsafeFileError:
+        raise
     except Exception as e:  # truncated/corrupt file: torch raises RuntimeError/EOFError/UnpicklingError
         raise CheckpointError(f"{path} is unreadable ({one_line(e)}); it may be a truncated save: "
                               f"pick another --inference_model_step (available: {others})") from e

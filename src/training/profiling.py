@@ -32,10 +32,14 @@ class StepProfiler(Hook):
         if not trainer.is_main:
             return
         if trainer.global_step >= self.first:
-            logger.warning("profile_steps %d-%d: the run resumes at step %d, after the first step to "
-                           "profile; nothing is profiled", self.first, self.last, trainer.global_step)
+            self._nothing(f"the run resumes at step {trainer.global_step}, after the first step to profile")
+        elif trainer.plan.stop_step < self.first:
+            self._nothing(f"the run ends at step {trainer.plan.stop_step}, before the first step to profile")
         elif trainer.global_step + 1 == self.first:
             self._start()
+
+    def _nothing(self, why: str) -> None:
+        logger.warning("profile_steps %d-%d: %s; nothing is profiled", self.first, self.last, why)
 
     def after_step(self, trainer, _result):
         if not trainer.is_main:

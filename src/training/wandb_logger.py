@@ -4,9 +4,13 @@ Rank 0 logs the same scalars as TensorBoard (every step's ``train/*`` and ``perf
 validation's ``valid/*``), the config, and the final metrics as the run's summary. The W&B run id is
 kept in ``log/wandb_run_id.txt``, so a resumed or requeued training continues the same W&B run. Mode
 ``auto`` is online when an API key is configured (``WANDB_API_KEY`` or ``wandb login``) and offline
-otherwise (``wandb sync output_dir/log/wandb/offline-run-*`` uploads it later); an online start that
-fails falls back to offline. W&B can never fail or stop a training run: a missing package or any
-error of it is one warning, and the run goes on without it.
+otherwise (``wandb sync output_dir/log/wandb/offline-run-*`` uploads it later). An online start first
+checks in a few seconds that W&B's server answers (else it starts offline at once, instead of waiting
+out W&B's own 60 s timeout); an online start that fails falls back to offline, with the same run id
+(W&B's service is shut down first: it still holds the id of the failed start). W&B can never fail or
+stop a training run: a missing package or any error of it is one warning, and the run goes on without
+it. W&B writes its files from a service process and reports no write error, so a full disk under its
+directory is noticed from the free space there: one warning, and the training goes on.
 """
 from __future__ import annotations
 
@@ -14,12 +18,20 @@ import logging
 import math
 import netrc
 import os
+import socket
+import time
 import uuid
+from urllib.parse import urlsplit
 
 from src.training.events import Writer
+from src.utils.errors import free_bytes
 
 logger = logging.getLogger(__name__)
 RUN_ID_FILE = "wandb_run_id.txt"
+INIT_TIMEOUT_S = 60  # W&B's own limit for an online start
+PROBE_TIMEOUT_S = 5  # how long the server may take to accept a connection before the run goes offline
+LOW_SPACE_BYTES = 4 * 2 ** 20  # less free space under W&B's directory: it cannot record the run
+SPACE_CHECK_S = 5.0
 
 
 def wandb_mode(setting: str) -> str:
@@ -42,6 +54,7 @@ class WandbLogger(Writer):
     def __init__(self, cfg):
         self.cfg = cfg
         self.run = None
+        self._space_dir, self._space_checked, self._space_warned = None, 0.0, False
 
     def start(self, trainer):
         try:
@@ -57,8 +70,14 @@ class WandbLogger(Writer):
                            trainer.log_dir, e)
             return
         mode = wandb_mode(self.cfg.wandb_mode)
+        if mode == "online":
+            unreachable = server_unreachable()
+            if unreachable:
+                logger.warning("W&B: %s; starting offline", unreachable)
+                mode = "offline"
         self.run = self._init(wandb, trainer, run_id, mode)
         if self.run is None and mode == "online":
+            _teardown(wandb)  # W&B's service still holds the run id of the failed start
             self.run = self._init(wandb, trainer, run_id, "offline")
         if self.run is not None:
             self._step_axis()
@@ -83,12 +102,13 @@ class WandbLogger(Writer):
             run = wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, id=run_id, resume="allow",
                              name=cfg.wandb_run_name or os.path.basename(os.path.abspath(cfg.output_dir)),
                              tags=cfg.wandb_tags, config=cfg.to_dict(), dir=trainer.log_dir, mode=mode,
-                             settings=wandb.Settings(init_timeout=60, console="off"))
+                             settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S, console="off"))
         except Exception as e:  # W&B must never stop training
             logger.warning("W&B could not start in %s mode (%s: %s); training goes on%s", mode,
                            type(e).__name__, e, ", trying offline" if mode == "online" else " without W&B")
             return None
         self.run_mode = mode
+        self._space_dir, self._space_checked, self._space_warned = _run_dir(run, trainer.log_dir), 0.0, False
         return run
 
     def _step_axis(self) -> None:
@@ -108,6 +128,22 @@ class WandbLogger(Writer):
             self.run.log({**finite, "trainer/global_step": step})
         except Exception as e:
             self._drop(e)
+            return
+        self._check_space()
+
+    def _check_space(self) -> None:
+        """One warning when W&B's directory runs out of space (every SPACE_CHECK_S at most): W&B's
+        service loses what it cannot write without telling anyone."""
+        now = time.monotonic()
+        if self._space_warned or now - self._space_checked < SPACE_CHECK_S:
+            return
+        self._space_checked = now
+        free = free_bytes(self._space_dir)
+        if free is not None and free < LOW_SPACE_BYTES:
+            self._space_warned = True
+            logger.warning("W&B: its directory %s has %.1f MB free: W&B cannot record the rest of this "
+                           "run (training goes on; TensorBoard and log/metrics.jsonl have every step); free "
+                           "space there", self._space_dir, free / 2 ** 20)
 
     def _drop(self, e: Exception) -> None:
         logger.warning("W&B failed (%s: %s); training goes on without it", type(e).__name__, e)
@@ -142,3 +178,35 @@ class WandbLogger(Writer):
                 run.finish()
             except Exception as e:
                 logger.warning("W&B could not finish its run (%s: %s)", type(e).__name__, e)
+
+
+def server_unreachable() -> str | None:
+    """Why W&B's server cannot be reached (no DNS, no route, nothing accepting within PROBE_TIMEOUT_S),
+    or None. An online ``wandb.init`` without a network waits out its 60 s timeout first."""
+    try:
+        from wandb.sdk import wandb_setup
+        url = wandb_setup.singleton().settings.base_url
+    except Exception:  # an internal API: fall back to the documented variable
+        url = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port or (80 if parts.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+            return None
+    except OSError as e:
+        return f"its server {host}:{port} does not answer ({type(e).__name__}: {e})"
+
+
+def _teardown(wandb) -> None:
+    try:
+        wandb.teardown()
+    except Exception as e:  # nothing more to clean: the offline start reports what still fails
+        logger.info("W&B teardown after the failed online start: %s: %s", type(e).__name__, e)
+
+
+def _run_dir(run, log_dir: str) -> str:
+    """The folder W&B writes this run's files to (its free space is what counts)."""
+    try:
+        return run.dir or os.path.join(log_dir, "wandb")
+    except Exception:
+        return os.path.join(log_dir, "wandb")

@@ -20,15 +20,52 @@ class CheckpointError(UserError, RuntimeError):
     """A checkpoint or restore file cannot be read."""
 
 
+class UnsafeFileError(CheckpointError):
+    """A file was refused before anything in it ran: it names code to call (a pickled global this project
+    never loads), or it could take unbounded memory (src.utils.safe_load)."""
+
+
 class DataStoreError(UserError, RuntimeError):
     """An LMDB store cannot be opened or read."""
 
 
+SHOWN_CHARS = 100  # how much of a user's value an error repeats
+LINE_CHARS = 4000  # how long an error line may get, whatever it quotes
+
+
+def clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` on one line, cut to its first ``limit`` characters + ``... (N chars)``: an error names
+    the value without repeating a 50 MB one."""
+    text = str(text).replace("\r", "\\r").replace("\n", "\\n")
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def shown(value) -> str:
+    """A user's value as errors quote it: ``repr`` of a string, JSON of anything else, clipped."""
+    import json
+    if isinstance(value, str):
+        long = len(value) > SHOWN_CHARS
+        return f"{value[:SHOWN_CHARS]!r}... ({len(value)} chars)" if long else repr(value)
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return clip(text)
+
+
 def one_line(exc: BaseException) -> str:
-    """``Type: message`` on one line (DataLoader workers and some libraries add lines)."""
+    """``Type: message`` on one line (DataLoader workers and some libraries add lines), at most
+    LINE_CHARS characters (the head and the end, where the fix is)."""
     msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-    first = " ".join(part.strip() for part in str(msg).splitlines() if part.strip())
-    return f"{type(exc).__name__}: {first}"
+    return f"{type(exc).__name__}: {line_of(msg)}"
+
+
+def line_of(message) -> str:
+    """A message on one line, at most LINE_CHARS characters: its head and its end (the fix) kept."""
+    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    if len(line) <= LINE_CHARS:
+        return line
+    return f"{line[:LINE_CHARS - 600]} ... ({len(line)} chars) ... {line[-500:]}"
 
 
 class OutputWriteError(UserError, RuntimeError):

@@ -7,15 +7,18 @@ lists so callers (and tests) can act on them.
 """
 import logging
 import os
-import pickle
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from src.utils.errors import CheckpointError
+from src.utils.safe_load import load_pickle_weights, torch_load
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["LoadSummary", "load_state_dict_file", "unwrap_state_dict", "load_state_dict_with_mismatch"]
+__all__ = ["LoadSummary", "load_state_dict_file", "unwrap_state_dict", "load_state_dict_with_mismatch",
+           "check_weights_match"]
 
 _WRAPPER_KEYS = ("model", "state_dict", "model_state_dict", "module", "blobs")  # blobs: Caffe2 .pkl
 
@@ -86,23 +89,20 @@ def _shape(v):
 
 
 def load_state_dict_file(path):
-    """Read a state dict from .safetensors, .pt/.pth/.bin (torch.save) or .pkl (detectron2 pickle)."""
+    """Read a state dict from .safetensors, .pt/.pth/.bin (torch.save) or .pkl (detectron2 pickle), in
+    both cases without running code from the file (src.utils.safe_load): ``torch.load(weights_only=True)``,
+    and for .pkl an unpickler that admits numpy arrays and plain containers only."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint file {path!r} does not exist; check the *_weights_path option")
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
         return load_file(path, device="cpu")
     if path.endswith(".pkl"):
-        with open(path, "rb") as f:
-            data = pickle.load(f, encoding="latin1")
-        data = unwrap_state_dict(data)
+        data = unwrap_state_dict(load_pickle_weights(path))
         return {k: torch.as_tensor(np.asarray(v)) for k, v in data.items()
-                if isinstance(v, (np.ndarray, np.generic, torch.Tensor))}
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise ValueError(f"checkpoint {path!r} holds objects other than tensors/containers ({e}); "
-                         "re-save it as a plain state dict (torch.save(model.state_dict(), ...))") from e
+                if isinstance(v, (np.ndarray, np.generic)) and np.asarray(v).dtype.kind in "biufc"}
+    return torch_load(path, "re-save it as a plain state dict (torch.save(model.state_dict(), ...)) where it "
+                            "was made, or use the file as its publisher released it")
 
 
 def unwrap_state_dict(obj):
@@ -155,3 +155,23 @@ def load_state_dict_with_mismatch(model, loaded_state_dict_or_path, ignore_prefi
     logger.log(log_level, "load_state_dict_with_mismatch(%s from %s):\n%s",
                type(model).__name__, source, summary.table())
     return summary
+
+
+MIN_MATCHED_FRACTION = 0.5
+"""A weights file that initialises less than this share of the module it is for is another model's (the
+demo's BERT and CNN files initialise about 90%: the rest is the visual embeddings and the head)."""
+
+
+def check_weights_match(summary: LoadSummary, module, path: str, option: str, allow: bool = False) -> None:
+    """One :class:`CheckpointError` line when ``path`` (given as ``option``) matched no key, or fewer than
+    :data:`MIN_MATCHED_FRACTION` of ``module``'s: training would go on from random weights with rc 0.
+    ``allow`` (``--allow_unmatched_weights 1``) keeps ClipBERT's behaviour: the load table is logged."""
+    n_model = len(module.state_dict())
+    if allow or (summary.loaded and len(summary.loaded) >= MIN_MATCHED_FRACTION * n_model):
+        return
+    in_file = summary.unexpected + [m[0] for m in summary.mismatched] + summary.ignored
+    raise CheckpointError(
+        f"{option} {path} does not fit this model: {len(summary.loaded)} of the model's {n_model} keys "
+        f"matched (file keys e.g. {in_file[:3]}; model keys e.g. {summary.missing[:3]}; "
+        f"{len(summary.mismatched)} of another shape); give weights of this model (cnn_type, model_config), "
+        f"or --allow_unmatched_weights 1 to start the rest from random weights")

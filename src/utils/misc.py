@@ -43,8 +43,13 @@ class NoOp:
 
 
 def get_rng_states():
-    """Snapshot of every RNG the training loop draws from (python, numpy, torch CPU, CUDA)."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+    """Snapshot of every RNG the training loop draws from (python, numpy, torch CPU, CUDA), in tensors
+    and plain values only (numpy's state as ints, not a pickled ndarray), so a restore file holding it
+    loads with ``torch.load(weights_only=True)``."""
+    _, key, pos, has_gauss, gauss = np.random.get_state()
+    state = {"python": random.getstate(),
+             "numpy": {"key": key.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
+                       "gauss": float(gauss)},
              "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -52,9 +57,14 @@ def get_rng_states():
 
 
 def set_rng_states(state):
-    """Inverse of :func:`get_rng_states`."""
+    """Inverse of :func:`get_rng_states`; also takes numpy's own tuple (restore files written before the
+    state was stored as plain values)."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    np_state = state["numpy"]
+    if isinstance(np_state, dict):
+        np_state = ("MT19937", np.asarray(np_state["key"], dtype=np.uint32), np_state["pos"],
+                    np_state["has_gauss"], np_state["gauss"])
+    np.random.set_state(np_state)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -40,7 +40,7 @@ try:
     raise SystemExit("the crash hook did not fire")
 except Crash:
     pass
-at_crash = torch.load(os.path.join(base, "r", "ckpt", "restore.pt"), weights_only=False)
+at_crash = torch.load(os.path.join(base, "r", "ckpt", "restore.pt"), weights_only=True)
 resumed_from = at_crash["global_step"]
 r = Trainer(toy_cfg(os.path.join(base, "r"), **opts), ToyTask(n_train=32)).train()
 T = u["global_step"]
