@@ -53,6 +53,44 @@ def test_the_trainer_is_a_handful_of_attributes(tmp_path):
     assert sorted(vars(trainer)) == ["events", "given_cfg", "hooks", "parts", "signals", "state", "task"]
 
 
+
+def test_close_outputs_closes_every_writer_last_opened_first_and_raises_the_first_error(tmp_path, caplog):
+    """W&B (opened last) finishes its run before TensorBoard and the others close, as before the writers;
+    a writer that fails to close does not keep the others (or the lock) open."""
+    from src.training.build import Outputs, close_outputs
+    from src.training.checkpoint import TrainingRestorer
+    from src.training.events import Writer
+    from src.training.run_dir import RunDirectory
+    from src.utils.errors import UserError
+
+    closed = []
+
+    class Closing(Writer):
+        def __init__(self, name, fails=False):
+            self.name, self.fails = name, fails
+
+        def close(self):
+            closed.append(self.name)
+            if self.fails:
+                raise UserError(f"{self.name} could not close")
+
+    def outputs(*writers):
+        run_dir = RunDirectory(str(tmp_path / "out"), "restart")
+        run_dir.acquire({})
+        return Outputs(str(tmp_path / "out"), str(tmp_path / "out" / "log"), str(tmp_path / "out" / "ckpt"),
+                       "new", TrainingRestorer(str(tmp_path / "out" / "ckpt")), run_dir, writers=writers)
+
+    first = outputs(Closing("tb"), Closing("log", fails=True), Closing("wandb", fails=True))
+    with pytest.raises(UserError, match="wandb could not close"):
+        close_outputs(first, raise_errors=True)
+    assert closed == ["wandb", "log", "tb"]
+    closed.clear()
+    second = outputs(Closing("tb", fails=True), Closing("wandb"))  # the lock was released
+    close_outputs(second, raise_errors=False)  # after a failure: logged, the first error is reported
+    assert closed == ["wandb", "tb"] and "tb could not close" in caplog.text
+    outputs().run_dir.release()
+
+
 # ---------------------------------------------------------------------------------------------------
 # the source: who assigns what
 BUILDER = REPO / "src" / "training" / "build.py"

@@ -326,7 +326,9 @@ def close_outputs(outputs: Outputs | None, raise_errors: bool) -> None:
     if outputs is None:
         return
     errors = []
-    for w in outputs.writers:  # every writer, even after one failed (each holds its own file)
+    # every writer, even after one failed (each holds its own file); the last opened first, so W&B
+    # finishes its run before TensorBoard and log.txt close (the order before the writers existed)
+    for w in reversed(outputs.writers):
         try:
             w.close()
         except UserError as e:
