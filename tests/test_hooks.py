@@ -235,3 +235,31 @@ def test_a_restore_file_of_an_earlier_version_keeps_early_stoppings_patience(tmp
     assert s["global_step"] == 5 and s["stopped_early"] and s["best"]["step"] == 3
     restore = torch.load(ckpt / "restore.pt", weights_only=True)
     assert restore["hooks"]["EarlyStopping"]["bad_validations"] == 2
+
+
+def test_the_elastic_commit_comes_after_the_end_of_the_step(tmp_path):
+    """Horovod's commit may raise HostsUpdatedInterrupt after saving: it runs in the next step's
+    before_step, when the writers have written the step's record and its restore file (when due) is on
+    disk, so an interrupt loses nothing of the step. The run's last step is not committed."""
+    import json
+
+    import torch
+
+    from src.training.elastic import ElasticCommit
+
+    out = tmp_path / "run"
+    commits = []
+
+    class RecordingState:
+        def commit(self):
+            step = trainer.global_step
+            lines = [json.loads(x) for x in (out / "log" / "metrics.jsonl").read_text().splitlines()]
+            restore = torch.load(out / "ckpt" / "restore.pt", weights_only=True)
+            commits.append((step, max(r["step"] for r in lines), restore["global_step"]))
+
+    hook = ElasticCommit(2)
+    hook.attach(RecordingState())
+    trainer = Trainer(toy_cfg(out, num_train_epochs=1, log_interval=1), ToyTask(), hooks=[hook])
+    trainer.train()
+    assert trainer.global_step == 8 and trainer.checkpointer.restore_every == (2,)
+    assert commits == [(2, 2, 2), (4, 4, 4), (6, 6, 6)]

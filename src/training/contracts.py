@@ -105,6 +105,10 @@ class Hook:
     def before_train(self, trainer: TrainerView) -> None:
         """After set-up (model, data, resume) and before the first step of this process."""
 
+    def before_step(self, trainer: TrainerView) -> None:
+        """Before each optimizer step, after the engine's end of the step before (its record written,
+        its restore file saved when due); ``trainer.global_step`` is the step last taken."""
+
     def after_step(self, trainer: TrainerView, result: StepResult) -> None:
         """After each optimizer step; ``trainer.global_step`` is the step just taken."""
 

@@ -55,21 +55,27 @@ def check_horovod_backend() -> None:
 
 class ElasticCommit(Hook):
     """Every ``every`` steps: Horovod's elastic commit (``state.commit()``: the run's state to host memory,
-    then a check for host changes, which may raise ``HostsUpdatedInterrupt``). Collective. Always the
-    last hook; a restore file due at the step is written before the commit, as the engine would after it."""
+    then a check for host changes, which may raise ``HostsUpdatedInterrupt``). Collective. The commit of
+    step N is made in :meth:`before_step` of step N + 1, after the engine's end of step N (the writers
+    have written its record, its restore file is written when due), so an interrupt from the commit
+    loses nothing of step N, and no hook but the engine writes the restore file."""
 
     def __init__(self, every: int):
         self.every, self.state = every, None
+        self._due: int | None = None  # the step whose state is committed before the next step
 
     def attach(self, state) -> None:
         """The Horovod ``State`` of this run (made when the elastic loop starts)."""
         self.state = state
 
     def after_step(self, trainer, _result):
-        if trainer.global_step % self.every or trainer.finished or self.state is None:
-            return  # the engine writes the restore file of the step that ends the run
-        if trainer.checkpointer.due(trainer.global_step):
-            trainer.save_restore()
+        if trainer.global_step % self.every == 0 and not trainer.finished:  # not the run's last step
+            self._due = trainer.global_step
+
+    def before_step(self, trainer):
+        if self.state is None or self._due != trainer.global_step:  # a rollback went back before it
+            return
+        self._due = None
         self.state.commit()
 
 

@@ -19,8 +19,9 @@ at the end of the step, after every hook, the engine writes the restore file whe
 cadence, the step that ends the run, a stop signal), so no hook's place in the list changes what is
 saved. SIGTERM / SIGUSR1 / SIGINT only set a flag; it rides on the step's loss-statistics allreduce, so
 every rank stops at the same step boundary, writes the restore file and exits 75
-(``src.training.preemption``). Under ``horovodrun --min-np/--max-np`` (Horovod elastic) set-up does no
-collective and the loop runs inside ``hvd.elastic.run`` (``src.training.elastic``).
+(``src.training.preemption``). Before the next step every hook's ``before_step`` runs. Under
+``horovodrun --min-np/--max-np`` (Horovod elastic) set-up does no collective and the loop runs inside
+``hvd.elastic.run`` (``src.training.elastic``; its commit is such a ``before_step``).
 
 Where this loop differs from ClipBERT's (loss divided by the accumulation steps, one allreduce per
 step, ``set_epoch`` every epoch, exact resume, the restore interval, stopping on a non-finite loss, the
@@ -270,6 +271,8 @@ class Trainer:
         self.optimizer.zero_grad()
         batches = self.batches()
         while not (self.finished or self.at_end):
+            for h in self.hooks:
+                h.before_step(self)
             result = self.run_step(batches)
             self.events.begin(result.step, self.epoch)
             self.events.put("train", step_scalars(result, self.state.running_loss, self.world))

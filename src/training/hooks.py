@@ -1,9 +1,9 @@
 """Periodic work around the training step, as hooks (the model is detectron2's ``engine/hooks.py``).
 
 The contract (:class:`~src.training.contracts.Hook`, what a step reports, what a hook may use of the
-trainer) is ``src.training.contracts``. The trainer runs ``before_train`` once, then after every
-optimizer step ``after_step(trainer, result)`` on each hook in order, ``after_train`` at the end, and
-``close`` whether the run ended well or not. Its default hooks:
+trainer) is ``src.training.contracts``. The trainer runs ``before_train`` once, then around every
+optimizer step ``before_step(trainer)`` and ``after_step(trainer, result)`` on each hook in order,
+``after_train`` at the end, and ``close`` whether the run ended well or not. Its default hooks:
 
 ==========================  ==========  ==============================================================
 hook                        collective  what it does
@@ -18,7 +18,8 @@ hook                        collective  what it does
 ==========================  ==========  ==============================================================
 
 then the task's hooks (``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``,
-and last, in Horovod elastic runs only, ``src.training.elastic.ElasticCommit``.
+and last, in Horovod elastic runs only, ``src.training.elastic.ElasticCommit`` (it commits in the next
+step's ``before_step``, after the engine's end of the step).
 
 No hook writes a log line of metrics, a TensorBoard scalar or the restore file: hooks put values into
 the step's event record (``trainer.events``; ``src.training.events``), and after every hook of the step
