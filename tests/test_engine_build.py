@@ -123,10 +123,13 @@ def _assigned(node):
 
 
 def _owner(target) -> str | None:
-    """``trainer``/``cfg`` for ``trainer.x = ``, ``cfg.x = ``, ``cfg[k] = `` (else None)."""
+    """``trainer``/``cfg`` for ``trainer.x = ``, ``cfg.x = ``, ``cfg[k] = ``, also when reached through an
+    attribute (``self.trainer.x = ``, ``parts.cfg[k] = ``) (else None)."""
     base = target.value if isinstance(target, (ast.Attribute, ast.Subscript)) else None
     if isinstance(base, ast.Name) and base.id in ("trainer", "cfg"):
         return base.id
+    if isinstance(base, ast.Attribute) and base.attr in ("trainer", "cfg"):
+        return base.attr
     return None
 
 
@@ -144,12 +147,16 @@ def offending_assignments(path: Path) -> list[str]:
 
 def test_nothing_outside_the_builder_assigns_a_trainer_attribute_or_a_config_value():
     """Every module but the config layer (parsing derives keys there, before anything is built) and the
-    builder: no ``trainer.x = ...``, ``cfg.x = ...``, ``cfg[k] = ...`` or ``setattr`` on them."""
+    builder, and the benchmarks, tools and test workers that run a trainer: no ``trainer.x = ...``,
+    ``cfg.x = ...``, ``cfg[k] = ...`` or ``setattr`` on them."""
     offenders = []
     for f in sorted((REPO / "src").rglob("*.py")):
         if f == BUILDER or f.relative_to(REPO).parts[1] == "config":
             continue
         offenders += offending_assignments(f)
+    for folder in ("benchmarks", "tools", "tests/workers"):  # what drives a Trainer from outside src/
+        for f in sorted((REPO / folder).rglob("*.py")):
+            offenders += offending_assignments(f)
     assert not offenders, offenders
 
 
@@ -174,6 +181,8 @@ def test_the_engine_assigns_its_attributes_in_init_and_takes_parts_only_from_the
     ("def f(cfg):\n    cfg['train_batch_size'] = 2\n", 1),
     ("def f(cfg):\n    cfg.x, y = 1, 2\n", 1),
     ("def f(trainer):\n    setattr(trainer, 'plan', 3)\n", 1),
+    ("def f(self):\n    self.trainer.parts = 4\n", 1),
+    ("def f(parts):\n    parts.cfg['seed'] = 5\n", 1),
     ("def f(trainer):\n    trainer.state.request_stop('x')\n", 0),
 ])
 def test_the_source_walk_finds_assignments(tmp_path, source, expected):
