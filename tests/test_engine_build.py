@@ -192,3 +192,15 @@ def test_the_source_walk_finds_assignments(tmp_path, source, expected):
         assert len(offending_assignments(f)) == expected
     finally:
         f.unlink()
+
+
+def test_only_the_engine_writes_the_restore_file():
+    """No hook (default, task, elastic) calls ``save_restore``: the engine writes the restore file at the
+    end of the step, after every hook, so a hook's place in the list cannot change what it holds."""
+    callers = []
+    for f in sorted((REPO / "src").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "save_restore"):
+                callers.append(f"{f.relative_to(REPO)}:{node.lineno}")
+    assert [c.split(":")[0] for c in callers] == ["src/training/engine.py"] * 2, callers

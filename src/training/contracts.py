@@ -44,7 +44,8 @@ class TrainerView(Protocol):
     """What hooks use of ``src.training.engine.Trainer``: the built components (read-only), the run state
     and the event record. Hooks change the run only through ``trainer.state`` (``request_stop``, the best
     checkpoint), put values for the writers into ``trainer.events`` and keep what they must save in their
-    own ``state_dict``; they never assign the trainer's attributes or the config."""
+    own ``state_dict``; they never assign the trainer's attributes or the config, and never write the
+    restore file (the engine does, at the end of the step)."""
 
     cfg: object
     task: object
@@ -90,8 +91,6 @@ class TrainerView(Protocol):
     def finished(self) -> bool: ...
 
     def publish_validation(self, record: ValidationRecord) -> None: ...
-
-    def save_restore(self) -> None: ...
 
 
 class Hook:
