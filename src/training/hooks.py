@@ -17,9 +17,10 @@ hook                        collective  what it does
                                         ``trainer.state.request_stop``
 ==========================  ==========  ==============================================================
 
-then the task's hooks (``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``,
-and last, in Horovod elastic runs only, ``src.training.elastic.ElasticCommit`` (it commits in the next
-step's ``before_step``, after the engine's end of the step).
+then, with ``profile_steps``, the profiler (``src.training.profiling.StepProfiler``), the task's hooks
+(``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``, and last, in Horovod
+elastic runs only, ``src.training.elastic.ElasticCommit`` (it commits in the next step's
+``before_step``, after the engine's end of the step).
 
 No hook writes a log line of metrics, a TensorBoard scalar or the restore file: hooks put values into
 the step's event record (``trainer.events``; ``src.training.events``), and after every hook of the step
