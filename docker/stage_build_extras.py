@@ -8,10 +8,12 @@ a container can reach, ``cert`` and ``find-links`` rewritten to the copies below
 Dockerfile's ``env`` stage reads the folder (through docker/with_build_extras.sh); the final stage copies
 the sources from a stage that deleted it, so no layer of the image holds it.
 
-    python docker/stage_build_extras.py [--wheels DIR ...] [--no-host-pip]
+    python docker/stage_build_extras.py [--wheels DIR ...] [--no-host-pip] [--no-host-wheels]
 
 Prints one line per item (what was passed, what was left out and why). ``file://`` indexes are left out:
 they are folders of this host; put the wheels the build needs in a ``--wheels`` folder instead.
+``--no-host-wheels`` leaves out the host's find-links folders (the CUDA image: this host's CPU torch wheel
+``torch-2.13.0+cpu`` would win over PyPI's CUDA ``torch-2.13.0``, a local version sorting higher).
 """
 import argparse
 import os
@@ -47,8 +49,10 @@ def _link_or_copy(src: Path, dst: Path):
         shutil.copy2(src, dst)
 
 
-def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS) -> list[str]:
-    """Write pip.conf / ca.crt / wheels/ into ``out`` (emptied first, README kept); returns the report."""
+def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS,
+          host_wheels: bool = True) -> list[str]:
+    """Write pip.conf / ca.crt / wheels/ into ``out`` (emptied first, README kept); returns the report.
+    ``host_wheels=False``: the host's find-links folders are left out (only ``wheel_dirs`` are passed)."""
     out.mkdir(parents=True, exist_ok=True)
     for p in out.iterdir():
         if p.name != KEEP:
@@ -72,7 +76,11 @@ def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS) -> lis
         shutil.copyfile(cert, out / "ca.crt")
         lines.append(f"cert = {IN_BUILD}/ca.crt")
         report.append(f"CA bundle {cert}: passed")
-    dirs = wheel_dirs + [d for d in cfg.get("find-links", "").split() if Path(d).is_dir()]
+    host_dirs = [d for d in cfg.get("find-links", "").split() if Path(d).is_dir()]
+    if not host_wheels:
+        report += [f"find-links {d}: left out (--no-host-wheels)" for d in host_dirs]
+        host_dirs = []
+    dirs = wheel_dirs + host_dirs
     wheels = sorted({w.name: w for d in dirs for w in Path(d).glob("*.whl")}.values())
     if wheels:
         (out / "wheels").mkdir()
@@ -88,11 +96,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wheels", action="append", default=[], help="a folder of wheels for the build")
     ap.add_argument("--no-host-pip", action="store_true", help="ignore this host's pip configuration")
+    ap.add_argument("--no-host-wheels", action="store_true",
+                    help="leave out the host's find-links folders (keep its indexes and CA)")
     a = ap.parse_args(argv)
     for d in a.wheels:
         if not Path(d).is_dir():
             sys.exit(f"[stage_build_extras] ERROR: --wheels {d}: not a folder")
-    for line in stage({} if a.no_host_pip else host_pip_config(), a.wheels):
+    for line in stage({} if a.no_host_pip else host_pip_config(), a.wheels, host_wheels=not a.no_host_wheels):
         print(f"[stage_build_extras] {line}")
     return 0
 
