@@ -5,7 +5,8 @@
 #      --cuda: also the stand-in CUDA base on it (docker/make_cuda_base.sh: the CUDA 13.0 toolkit from
 #      NVIDIA's pip wheels) and torch 2.13.0 (CUDA 13.0) + requirements.txt downloaded once into WHEEL_CACHE;
 #   2. this host's pip setup handed to the build (docker/stage_build_extras.py; never kept in the image);
-#      --cuda: the wheel cache instead of this host's local wheels (its CPU torch would win);
+#      --cuda: the wheel cache instead of this host's local wheels (its CPU torch would win), and no index:
+#      the build installs from the cache only (Horovod's sdist included);
 #   3. docker build of the real docker/Dockerfile. CPU image: Python 3.11, torch CPU, Horovod with Gloo
 #      (install_horovod.sh). --cuda: Python 3.11, torch 2.13.0 (CUDA 13.0), Horovod with NCCL + Gloo
 #      compiled by nvcc for CUDA_CC_LIST (build_horovod_cuda.sh), apex too when APEX_TAG is set;
@@ -89,21 +90,32 @@ make_base() {
   log "base image $BASE made in $(( $(date +%s) - t ))s"
 }
 
-fill_wheel_cache() {  # torch and requirements.txt for the image's Python and glibc (2.36), fetched once
-  local t plats=(--only-binary=:all: --python-version "$PYTHON_VERSION")
+# --cuda: everything the env stage installs, downloaded once (the build then needs no index; see
+# stage_build_extras.py --no-index): torch and requirements.txt for the image's Python and glibc (2.36),
+# setuptools, Horovod's sdist and the runtime dependencies install_horovod.sh installs, apex's build tools
+HOROVOD_DEPS=(cloudpickle psutil pyyaml packaging cffi)  # install_horovod.sh's runtime_deps
+fill_wheel_cache() {
+  local t plats=(--only-binary=:all: --python-version "$PYTHON_VERSION") reqs
   t=$(date +%s)
   for v in $(seq 36 -1 5); do plats+=(--platform "manylinux_2_${v}_x86_64"); done
   plats+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
+  reqs=("$TORCH_SPEC" -r requirements.txt "setuptools>=68" "${HOROVOD_DEPS[@]}")
+  [ -z "${APEX_TAG:-}" ] || reqs+=(ninja packaging wheel)
   mkdir -p "$WHEEL_CACHE"
-  log "wheel cache $WHEEL_CACHE: $TORCH_SPEC + requirements.txt for Python $PYTHON_VERSION (fetched once)"
-  # PIP_FIND_LINKS=the cache: what is there is not fetched again, and no other local folder (a CPU torch) is used
-  # a complete cache resolves without the index (seconds); else pip fetches what is missing
+  log "wheel cache $WHEEL_CACHE: $TORCH_SPEC, requirements.txt, Horovod's sdist for Python $PYTHON_VERSION (fetched once)"
+  # PIP_FIND_LINKS=the cache: what is there is not fetched again, and no other local folder (a CPU torch) is
+  # used; a complete cache resolves without the index (seconds), else pip fetches what is missing
   if ! PIP_FIND_LINKS="$WHEEL_CACHE" python3 -m pip download -q --disable-pip-version-check --no-index \
-      "${plats[@]}" -d "$WHEEL_CACHE" "$TORCH_SPEC" -r requirements.txt >/dev/null 2>&1 \
+      "${plats[@]}" -d "$WHEEL_CACHE" "${reqs[@]}" >/dev/null 2>&1 \
     && ! PIP_FIND_LINKS="$WHEEL_CACHE" nice -n 10 python3 -m pip download -q --disable-pip-version-check \
-      "${plats[@]}" -d "$WHEEL_CACHE" "$TORCH_SPEC" -r requirements.txt 2>&1 \
+      "${plats[@]}" -d "$WHEEL_CACHE" "${reqs[@]}" 2>&1 \
       | { grep -v "is ignored: it is neither a file nor a directory" || true; }; then
-    die "pip could not download $TORCH_SPEC / requirements.txt into $WHEEL_CACHE (pip's error above)"
+    die "pip could not download ${reqs[*]} into $WHEEL_CACHE (pip's error above)"
+  fi
+  if [ ! -f "$WHEEL_CACHE/horovod-0.28.1.tar.gz" ] \
+     && ! PIP_FIND_LINKS="$WHEEL_CACHE" python3 -m pip download -q --disable-pip-version-check --no-deps \
+       --no-binary horovod -d "$WHEEL_CACHE" horovod==0.28.1; then
+    die "pip could not download the horovod==0.28.1 sdist into $WHEEL_CACHE (pip's error above)"
   fi
   log "wheel cache ready in $(( $(date +%s) - t ))s ($(du -sh "$WHEEL_CACHE" | cut -f1))"
 }
@@ -114,7 +126,7 @@ build_args=(--build-arg PYTHON_VERSION="$PYTHON_VERSION" --build-arg TORCH_SPEC=
 if [ "$CUDA" = 1 ]; then
   DEBIAN_IMAGE="$BASE" CUDA_BASE_IMAGE="$CUDA_BASE" ./docker/make_cuda_base.sh
   fill_wheel_cache
-  python3 docker/stage_build_extras.py --no-host-wheels --wheels "$WHEEL_CACHE"
+  python3 docker/stage_build_extras.py --no-host-wheels --no-index --wheels "$WHEEL_CACHE"
   build_args+=(--build-arg CUDA_IMAGE="$CUDA_BASE" --build-arg HOROVOD_BUILD=cuda
                --build-arg APEX_TAG="${APEX_TAG:-}")
   [ -z "${CUDA_CC_LIST:-}" ] || build_args+=(--build-arg CUDA_CC_LIST="$CUDA_CC_LIST")

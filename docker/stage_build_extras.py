@@ -8,12 +8,15 @@ a container can reach, ``cert`` and ``find-links`` rewritten to the copies below
 Dockerfile's ``env`` stage reads the folder (through docker/with_build_extras.sh); the final stage copies
 the sources from a stage that deleted it, so no layer of the image holds it.
 
-    python docker/stage_build_extras.py [--wheels DIR ...] [--no-host-pip] [--no-host-wheels]
+    python docker/stage_build_extras.py [--wheels DIR ...] [--no-host-pip] [--no-host-wheels] [--no-index]
 
 Prints one line per item (what was passed, what was left out and why). ``file://`` indexes are left out:
 they are folders of this host; put the wheels the build needs in a ``--wheels`` folder instead.
 ``--no-host-wheels`` leaves out the host's find-links folders (the CUDA image: this host's CPU torch wheel
 ``torch-2.13.0+cpu`` would win over PyPI's CUDA ``torch-2.13.0``, a local version sorting higher).
+``--no-index``: the build installs from the passed wheels only (``no-index = true``): pip prefers an index's
+copy of a wheel over the same file in a find-links folder, so with an index the CUDA build would fetch
+torch and its NVIDIA libraries (3 GB) again; and the set the host resolved is the set the image gets.
 """
 import argparse
 import os
@@ -49,15 +52,20 @@ def _link_or_copy(src: Path, dst: Path):
         shutil.copy2(src, dst)
 
 
-def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS,
-          host_wheels: bool = True) -> list[str]:
+def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS, host_wheels: bool = True,
+          index: bool = True) -> list[str]:
     """Write pip.conf / ca.crt / wheels/ into ``out`` (emptied first, README kept); returns the report.
-    ``host_wheels=False``: the host's find-links folders are left out (only ``wheel_dirs`` are passed)."""
+    ``host_wheels=False``: the host's find-links folders are left out (only ``wheel_dirs`` are passed);
+    ``index=False``: no index at all, only the wheels."""
     out.mkdir(parents=True, exist_ok=True)
     for p in out.iterdir():
         if p.name != KEEP:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
     report, lines = [], ["[global]"]
+    if not index:
+        lines.append("no-index = true")
+        report.append("indexes: none (--no-index: the build installs only the wheels passed)")
+        cfg = {k: v for k, v in cfg.items() if k not in ("index-url", "extra-index-url")}
     urls = cfg.get("index-url", "").split() + cfg.get("extra-index-url", "").split()
     local = [u for u in urls if not u.startswith(("http://", "https://"))]
     remote = [u for u in urls if u not in local]
@@ -98,11 +106,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-host-pip", action="store_true", help="ignore this host's pip configuration")
     ap.add_argument("--no-host-wheels", action="store_true",
                     help="leave out the host's find-links folders (keep its indexes and CA)")
+    ap.add_argument("--no-index", action="store_true", help="no index in the build: only the wheels passed")
     a = ap.parse_args(argv)
     for d in a.wheels:
         if not Path(d).is_dir():
             sys.exit(f"[stage_build_extras] ERROR: --wheels {d}: not a folder")
-    for line in stage({} if a.no_host_pip else host_pip_config(), a.wheels, host_wheels=not a.no_host_wheels):
+    cfg = {} if a.no_host_pip else host_pip_config()
+    for line in stage(cfg, a.wheels, host_wheels=not a.no_host_wheels, index=not a.no_index):
         print(f"[stage_build_extras] {line}")
     return 0
 
