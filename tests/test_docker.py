@@ -235,6 +235,30 @@ def test_stage_build_extras_passes_what_a_container_can_use(tmp_path):
     assert env["PIP_FIND_LINKS"] == f"{out}/wheels" and env["GIT_SSL_CAINFO"] == f"{out}/ca.crt"
 
 
+def test_stage_build_extras_for_the_cuda_image_passes_only_the_wheel_cache(tmp_path):
+    spec = importlib.util.spec_from_file_location("stage_build_extras", REPO / "docker/stage_build_extras.py")
+    sbe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sbe)
+    host, cache, out = tmp_path / "host_wheels", tmp_path / "cache", tmp_path / "extras"
+    for d, name in ((host, "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"),
+                    (cache, "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl")):
+        d.mkdir()
+        (d / name).write_bytes(b"w")
+    report = sbe.stage({"index-url": "https://pypi.org/simple", "find-links": str(host)}, [str(cache)], out,
+                       host_wheels=False, index=False)
+    conf = (out / "pip.conf").read_text()
+    assert "no-index = true" in conf and "index-url" not in conf, conf
+    assert sorted(p.name for p in (out / "wheels").iterdir()) == [
+        "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"]  # PyPI's CUDA torch, not the host's CPU one
+    assert f"find-links {host}: left out (--no-host-wheels)" in report
+    build = (REPO / "docker/build_local.sh").read_text()
+    assert "stage_build_extras.py --no-host-wheels --no-index --wheels" in build
+    # the Horovod dependencies build_local.sh caches are the ones install_horovod.sh installs
+    hvd = (REPO / "run_scripts/install_horovod.sh").read_text()
+    deps = re.search(r"HOROVOD_DEPS=\(([^)]*)\)", build).group(1).split()
+    assert deps == re.findall(r'\("([\w-]+)", "[\w]+"\)', hvd.split("runtime_deps() {")[1].split("PY\n")[0])
+
+
 def test_dockerignore_leaves_out_the_host_env_data_and_history():
     lines = {ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()}
     for entry in (".git", ".venv", "data", "output", "**/__pycache__", "*.egg-info"):
