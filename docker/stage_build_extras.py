@@ -4,7 +4,8 @@ The legacy builder (Debian's docker.io has no buildx, so no BuildKit secrets or 
 that cannot see the host's pip configuration, CA bundle or local wheels. This writes them into
 ``docker/build_extras/`` (git-ignored; part of the build context): ``pip.conf`` (the host's index URLs that
 a container can reach, ``cert`` and ``find-links`` rewritten to the copies below), ``ca.crt`` and
-``wheels/`` (the ``*.whl`` of the host's local find-links folders, hard-linked when possible). Only the
+``wheels/`` (the ``*.whl`` and ``*.tar.gz`` of the host's local find-links folders and of ``--wheels``
+folders, hard-linked when possible). Only the
 Dockerfile's ``env`` stage reads the folder (through docker/with_build_extras.sh); the final stage copies
 the sources from a stage that deleted it, so no layer of the image holds it.
 
@@ -89,13 +90,15 @@ def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS, host_w
         report += [f"find-links {d}: left out (--no-host-wheels)" for d in host_dirs]
         host_dirs = []
     dirs = wheel_dirs + host_dirs
-    wheels = sorted({w.name: w for d in dirs for w in Path(d).glob("*.whl")}.values())
+    # wheels, and sdists (Horovod is built from its sdist: with --no-index it must be here too)
+    wheels = sorted({w.name: w for d in dirs for pattern in ("*.whl", "*.tar.gz")
+                     for w in Path(d).glob(pattern)}.values())
     if wheels:
         (out / "wheels").mkdir()
         for w in wheels:
             _link_or_copy(w, out / "wheels" / w.name)
         lines.append(f"find-links = {IN_BUILD}/wheels")
-        report.append(f"{len(wheels)} local wheel(s) from {', '.join(dirs)}: passed")
+        report.append(f"{len(wheels)} local wheel(s)/sdist(s) from {', '.join(dirs)}: passed")
     (out / "pip.conf").write_text("\n".join(lines) + "\n")
     return report
 

@@ -240,16 +240,18 @@ def test_stage_build_extras_for_the_cuda_image_passes_only_the_wheel_cache(tmp_p
     sbe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sbe)
     host, cache, out = tmp_path / "host_wheels", tmp_path / "cache", tmp_path / "extras"
-    for d, name in ((host, "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"),
-                    (cache, "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl")):
+    cuda_torch = "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    for d, names in ((host, ["torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"]),
+                     (cache, [cuda_torch, "horovod-0.28.1.tar.gz"])):
         d.mkdir()
-        (d / name).write_bytes(b"w")
+        for name in names:
+            (d / name).write_bytes(b"w")
     report = sbe.stage({"index-url": "https://pypi.org/simple", "find-links": str(host)}, [str(cache)], out,
                        host_wheels=False, index=False)
     conf = (out / "pip.conf").read_text()
     assert "no-index = true" in conf and "index-url" not in conf, conf
-    assert sorted(p.name for p in (out / "wheels").iterdir()) == [
-        "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"]  # PyPI's CUDA torch, not the host's CPU one
+    assert sorted(p.name for p in (out / "wheels").iterdir()) == [  # Horovod's sdist (no index to fetch it)
+        "horovod-0.28.1.tar.gz", cuda_torch]  # PyPI's CUDA torch, not the host's CPU one
     assert f"find-links {host}: left out (--no-host-wheels)" in report
     build = (REPO / "docker/build_local.sh").read_text()
     assert "stage_build_extras.py --no-host-wheels --no-index --wheels" in build
