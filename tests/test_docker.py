@@ -311,6 +311,21 @@ def test_setup_env_stops_on_a_pip_failure(tmp_path):
     assert "pip could not install requirements.txt" in p.stderr
 
 
+def test_setup_env_constrains_torch_to_the_installed_distribution_version(tmp_path):
+    # PyPI's CUDA torch: the distribution is 2.13.0, torch.__version__ says 2.13.0+cu130; a constraint
+    # torch==2.13.0+cu130 matched nothing and the CUDA image's requirements did not resolve
+    seen = tmp_path / "constraints-seen"
+    venv = _fake_venv(tmp_path, f'case "$*" in *"-m pip"*) prev=; for a in "$@"; do '
+                                f'[ "$prev" = -c ] && cp "$a" {seen}; prev=$a; done; exit 0;; esac\n'
+                                'case "$2" in *\'m.version("torch")\'*) echo 2.13.0;; '
+                                '*"torch.__version__"*) echo 2.13.0+cu130;; esac\nexit 0\n')
+    env = {k: v for k, v in os.environ.items() if k != "CLIPBERT_ENV_FROZEN"}
+    p = subprocess.run([str(REPO / "run_scripts/setup_env.sh")], capture_output=True, text=True, timeout=60,
+                       env=dict(env, VENV_DIR=str(venv), SKIP_HOROVOD="1", SKIP_PROJECT_INSTALL="1"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert seen.read_text().strip() == "torch==2.13.0"
+
+
 def test_setup_env_in_a_frozen_image_verifies_and_never_installs(tmp_path):
     venv = _fake_venv(tmp_path, f'case "$*" in *"-m pip"*) touch {tmp_path}/pip-ran;; esac\nexit 0\n')
     p = subprocess.run([str(REPO / "run_scripts/setup_env.sh")], capture_output=True, text=True, timeout=60,
