@@ -35,9 +35,15 @@ stack = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stack)
 # printed as JSON inside the image: what was built, without a GPU
 PROBE = r"""
-import ctypes, glob, json, os, re, subprocess, sys, torch, horovod, horovod.torch as hvd
+import ctypes, glob, importlib.metadata, json, os, re, struct, subprocess, sys, torch, horovod
+import horovod.torch as hvd
 lib = glob.glob(os.path.join(os.path.dirname(hvd.__file__), "mpi_lib_v2*.so"))[0]
 ldd = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
+# the GPU code nvcc compiled into Horovod: one cubin (an ELF, its SM in e_flags bits 8-15) per arch
+subprocess.run(["objcopy", "-O", "binary", "--only-section=.nv_fatbin", lib, "/tmp/fatbin"], check=True)
+fatbin = open("/tmp/fatbin", "rb").read()
+archs = sorted((struct.unpack_from("<I", fatbin, m.start() + 48)[0] >> 8) & 0xFF
+               for m in re.finditer(rb"\x7fELF", fatbin))
 nccl = ctypes.c_int()
 ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(nccl))  # the NCCL the loader gives this process
 v = nccl.value
@@ -46,12 +52,13 @@ try:
     apex = True
 except ImportError:
     apex = False
-print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.is_available(),
+print(json.dumps({"torch": importlib.metadata.version("torch"), "torch_version": torch.__version__,
+                  "cuda": torch.version.cuda, "gpu": torch.cuda.is_available(),
                   "horovod": horovod.__version__, "nccl_built": bool(hvd.nccl_built()),
                   "gloo_built": bool(hvd.gloo_built()), "ldd": ldd, "apex": apex,
                   "nvcc": subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout,
                   "nccl": f"{v // 10000}.{v // 100 % 100}.{v % 100}", "python": sys.version.split()[0],
-                  "archs": sorted({a.decode() for a in re.findall(rb"sm_\d+", open(lib, "rb").read())})}))
+                  "archs": archs}))
 """
 
 
@@ -98,6 +105,7 @@ def test_the_versions_inside_are_the_ones_check_stack_derives(probe):
     want = stack.expected_versions((REPO / "docker/Dockerfile").read_text(), CUDA_ARGS)
     assert want == {"torch": "2.13.0", "cuda": "13.0", "nccl": "2.29.7", "nvcc": "13.0.88"}, want
     assert probe["torch"] == want["torch"] and probe["cuda"] == want["cuda"], probe
+    assert probe["torch_version"] == f"{want['torch']}+cu{want['cuda'].replace('.', '')}"  # 2.13.0+cu130
     assert probe["nccl"] == want["nccl"], probe
     assert f"release {want['cuda']}, V{want['nvcc']}" in probe["nvcc"], probe["nvcc"]
     assert probe["python"].startswith("3.11.") and probe["gpu"] is False  # a CUDA torch, run on the CPU
@@ -109,7 +117,7 @@ def test_horovod_has_nccl_and_gloo_and_links_torchs_nccl(probe):
     assert nccl and "/site-packages/nvidia/nccl/lib/" in nccl.group(1), probe["ldd"]
     assert re.search(r"libcudart\.so\.13 => /", probe["ldd"]), probe["ldd"]
     cc = stack.arg_defaults((REPO / "docker/Dockerfile").read_text())["CUDA_CC_LIST"].split(",")
-    assert probe["archs"] == sorted(f"sm_{c}" for c in cc), probe["archs"]  # its kernels, for each arch
+    assert probe["archs"] == sorted(int(c) for c in cc), probe["archs"]  # its kernels, one per arch
 
 
 def test_apex_is_there_exactly_when_apex_tag_was_given(probe):
