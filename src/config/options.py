@@ -98,6 +98,10 @@ SHARED_OPTIONS = [
       group="product", runtime=True),
     O("min_video_frames", int, 2, "a video with fewer frames is bad ('too_short': a still is no video)",
       min=1, group="product"),
+    O("img_resize", str, "exact", "exact: ClipBERT's float resize/pad, bit for bit, float32 batches; uint8: "
+      "torch's uint8 resize (pixels within one level of exact), uint8 batches (4x fewer bytes from the "
+      "workers), made float and normalised on the device (docs/benchmarks_loader.md)",
+      choices=("exact", "uint8"), group="product", runtime=True),
     O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
     O("early_stop_patience", int, -1, "stop after this many validations without improvement; -1 off",
       group="product"),
