@@ -157,11 +157,12 @@ def decode_segment(cc, seg, wanted, convert):
                     fed += 1
                     packet = seg.packets[fed] if fed < len(seg.packets) else None
                 if packet is not None and can_skip:
-                    _set_skip(cc, skip, "DEFAULT" if packet.pts in need else "NONREF")
+                    _set_skip(cc, skip, "DEFAULT" if seg.pts[fed] in need else "NONREF")
                 drained = packet is None
                 for frame in cc.decode(packet):
-                    if frame.pts in need and frame.pts not in got:
-                        got[frame.pts] = convert(frame)
+                    pts = frame.pts
+                    if pts in need and pts not in got:
+                        got[pts] = convert(frame)
     finally:
         if can_skip:
             cc.skip_frame = "DEFAULT"
