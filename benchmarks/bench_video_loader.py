@@ -32,9 +32,10 @@ import torch
 from bench_decoders import generated_video
 
 from src.datasets.build import build_retrieval_datasets
-from src.datasets.collate import stack_visual
+from src.datasets.collate import batch_buffer, stack_visual
 from src.datasets.data_utils import ImagePad, ImageResize
 from src.datasets.decoder import decode_clips
+from src.datasets.image_ops import write_resized
 from src.preprocessing.file2lmdb import LMDBWriter
 from src.training.data import ResumableDistributedSampler, build_train_dataloader
 
@@ -128,6 +129,39 @@ def per_video_ms(datasets, n=8):
     return out
 
 
+def _cpu_ms(fn, n):
+    t = time.process_time()
+    for _ in range(n):
+        out = fn()
+    return 1e3 * (time.process_time() - t) / n, out
+
+
+def profile_steps(ds, n=4):
+    """CPU ms per video of each resize/pad step, before and now (one video's decoded frames, one
+    thread): where before's time went, and what each mode costs now. A fresh 38 MB float tensor
+    page-faults on every 4 KiB it writes, so "into a fresh buffer" includes the first touch of the
+    batch memory, as in the loader."""
+    random.seed(0)
+    frames = ds.load_video(ds.datalist[0][0]).frames
+    size, shape = ds.max_img_size, (frames.shape[0], 3, ds.max_img_size, ds.max_img_size)
+    steps = {}
+    steps["before: uint8 -> float32 NCHW"], x = _cpu_ms(
+        lambda: frames.to(torch.float32, memory_format=torch.contiguous_format), n)
+    steps["before: ImageResize (F.interpolate, NCHW)"], r = _cpu_ms(lambda: ImageResize(size)(x), n)
+    steps["before: ImagePad (F.pad: a fresh tensor)"], padded = _cpu_ms(lambda: ImagePad(size, size)(r), n)
+    steps["before: torch.stack into the batch (per video)"], _ = _cpu_ms(lambda: torch.stack([padded]), n)
+    steps["before: torch.stack + copy to shared memory at hand-over"], _ = _cpu_ms(
+        lambda: torch.stack([padded]).share_memory_(), n)
+    for mode in ("exact", "uint8"):
+        dtype = torch.float32 if mode == "exact" else torch.uint8
+        warm = torch.zeros(shape, dtype=dtype)
+        steps[f"{mode}: resize/pad into a warm buffer"], _ = _cpu_ms(
+            lambda: write_resized(warm, frames, size, mode), n)  # noqa: B023 (called in the loop)
+        steps[f"{mode}: resize/pad into a fresh shared-memory batch"], _ = _cpu_ms(
+            lambda: write_resized(batch_buffer(shape, dtype), frames, size, mode), n)  # noqa: B023
+    return steps
+
+
 def run(a, root):
     img, txt = make_data(root, a.copies)
     datasets, collators = {}, {}
@@ -138,6 +172,7 @@ def run(a, root):
     loaders = {"before": (LegacyItems(datasets["exact"]), collators["exact"]),
                **{m: (datasets[m], collators[m]) for m in ("exact", "uint8")}}
     ms = per_video_ms(datasets)
+    ms["steps"] = profile_steps(datasets["exact"])
     best = {(s, w): float("inf") for s in SETTINGS for w in a.workers}
     nbytes = {}
     for _ in range(a.rounds):
@@ -152,7 +187,9 @@ def report(a, cfg, n_videos, ms, best, nbytes):
     bs, n_clips = int(cfg["train_batch_size"]), n_videos * int(cfg["train_n_clips"])
     print(f"{n_videos} videos x {cfg['train_n_clips']} clips (fps {cfg['fps']}, {cfg['num_frm']} frames, "
           f"{cfg['max_img_size']} px), batch {bs}; best of {a.rounds} epochs, wall; torch threads 1")
-    print(f"per video, in process, CPU: decode alone {ms['decode']:.1f} ms")
+    print(f"per video, in process, CPU: decode alone {ms['decode']:.1f} ms; resize/pad steps:")
+    for step, t in ms["steps"].items():
+        print(f"  {step}: {t:.1f} ms")
     print("| setting | load_video + resize/pad per video | / decode | batch frames | "
           + " | ".join(f"n_workers {w}" for w in a.workers) + " |")
     print("|---|---|---|---|" + "---|" * len(a.workers))
