@@ -9,7 +9,7 @@ Frames are float (T, 3, H, W) in [0, 255], RGB. ClipBERT resizes the longer side
 :func:`write_resized`): ``img_resize="exact"`` gives ClipBERT's float values bit for bit (the same
 torch kernel on a channels-last copy, one frame at a time, into the batch), ``"uint8"`` resizes with
 torch's uint8 kernel and keeps the batch uint8 until the device (4x fewer bytes; pixels differ from
-the exact ones by less than one level, see docs/benchmarks_loader.md).
+the exact ones by about one level at most, see docs/benchmarks_loader.md).
 """
 import torch
 import torch.nn.functional as F
@@ -129,8 +129,8 @@ def write_resized(out, frames, max_img_size, img_resize="exact"):
     "exact": float32, bit-equal to ``ImagePad(ImageResize(frames.float()))``: torch's bilinear kernel
     gives the same values on a channels-last input (tests/test_image_ops.py checks it on this machine)
     and runs twice as fast there; one frame at a time, so the temporaries stay small (a fresh 30 MB
-    tensor per video page-faults on every write). "uint8": torch's uint8 bilinear kernel (rounded,
-    within one level of the exact values), 4-5x faster again.
+    tensor per video page-faults on every write). "uint8": torch's uint8 bilinear kernel (fixed-point
+    weights, rounded: at most about one level from the exact values), 3-4x faster again.
     """
     _check_mode(img_resize)
     h, w = get_resize_size(frames, max_img_size)
