@@ -60,7 +60,7 @@ from src.compat._hvd_torch_ops import (  # noqa: F401 (the backend's API)
     sparse_allreduce_async,
     synchronize,
 )
-from src.compat._hvd_torch_optimizer import registered
+from src.compat._hvd_torch_optimizer import DistributedOptimizer, registered  # noqa: F401 (the backend API)
 from src.compat._hvd_torch_timeline import start_from_env, start_timeline, stop_timeline  # noqa: F401
 
 _S = {"rank": 0, "size": 1, "local_rank": 0, "local_size": 1, "group": False, "device": "cpu",

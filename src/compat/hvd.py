@@ -151,15 +151,26 @@ def _resolve_backend() -> str:
     return name
 
 
+def _backend_module(name: str) -> Any:
+    if name == "horovod":
+        from src.compat import _hvd_horovod as backend
+    else:
+        from src.compat import _hvd_torch as backend
+    return backend
+
+
+def _built() -> Any:
+    """The backend that answers the build queries (``ccl_built()`` ...): Horovod answers them before
+    ``init()``, so they do not need it here either."""
+    return STATE["impl"] if STATE["impl"] is not None else _backend_module(_resolve_backend())
+
+
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Initialise the chosen backend (idempotent). ``process_sets``: ProcessSets to register at once."""
     if STATE["impl"] is not None:
         return
     name = _resolve_backend()
-    if name == "horovod":
-        from src.compat import _hvd_horovod as backend
-    else:
-        from src.compat import _hvd_torch as backend
+    backend = _backend_module(name)
     backend.init(comm=comm, process_sets=process_sets)
     STATE["name"], STATE["impl"] = name, backend
     logger.info("distributed backend: %s (rank %d/%d, local rank %d/%d)", name, backend.rank(),
@@ -215,7 +226,7 @@ def mpi_enabled() -> bool:
 
 
 def mpi_built() -> bool:
-    return impl().mpi_built()
+    return _built().mpi_built()
 
 
 def gloo_enabled() -> bool:
@@ -223,28 +234,28 @@ def gloo_enabled() -> bool:
 
 
 def gloo_built() -> bool:
-    return impl().gloo_built()
+    return _built().gloo_built()
 
 
 def nccl_built() -> int:
     """The NCCL version as an int (2.29.7 -> 22907), 0 without NCCL (Horovod's convention)."""
-    return impl().nccl_built()
+    return _built().nccl_built()
 
 
 def ddl_built() -> bool:
-    return impl().ddl_built()
+    return _built().ddl_built()
 
 
 def ccl_built() -> bool:
-    return impl().ccl_built()
+    return _built().ccl_built()
 
 
 def cuda_built() -> bool:
-    return impl().cuda_built()
+    return _built().cuda_built()
 
 
 def rocm_built() -> bool:
-    return impl().rocm_built()
+    return _built().rocm_built()
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
