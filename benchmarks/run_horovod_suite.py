@@ -49,7 +49,8 @@ def test_names(test_file: Path, cls: str = "TorchTests") -> list[str]:
     tree = ast.parse(test_file.read_text())
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
-            return [f.name for f in node.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")]
+            return [f.name for f in node.body
+                    if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")]
     raise SystemExit(f"{test_file}: no class {cls}")
 
 
@@ -111,7 +112,8 @@ def _rank_result(report: Path) -> tuple[str, str]:
     for tag, outcome in (("failure", "failed"), ("error", "failed"), ("skipped", "skipped")):
         node = case.find(tag)
         if node is not None:
-            return outcome, f"{report.stem}: {(node.get('message') or '').splitlines()[0][:300] if node.get('message') else tag}"
+            message = (node.get("message") or tag).splitlines()[0][:300]
+            return outcome, f"{report.stem}: {message}"
     return "passed", ""
 
 
@@ -179,8 +181,8 @@ def report(a: argparse.Namespace, results: dict[str, dict]) -> None:
           f"| `{a.module}` under `{a.launcher} -np {a.np}` | {counts['passed']} | {counts['failed']} | "
           f"{counts['skipped']} | {counts['hung']} |")
     if a.json:
-        a.json.write_text(json.dumps({"module": a.module, "launcher": a.launcher, "np": a.np, "counts": counts,
-                                      "results": results}, indent=1))
+        a.json.write_text(json.dumps({"module": a.module, "launcher": a.launcher, "np": a.np,
+                                      "counts": counts, "results": results}, indent=1))
     if a.compare:
         before = json.loads(a.compare.read_text())["results"]
         changed = [(n, before.get(n, {}).get("outcome", "-"), r["outcome"]) for n, r in results.items()

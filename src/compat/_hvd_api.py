@@ -39,7 +39,7 @@ def resolve_op(op: str | None, average: bool | None) -> str:
         return Average if average else Sum
     op = Average if op is None else op
     if op not in REDUCE_OPS:
-        raise ValueError(f"unknown reduction op {op!r}; use one of hvd.Average, Sum, Adasum, Min, Max, Product")
+        raise ValueError(f"unknown reduction op {op!r}; use hvd.Average, Sum, Adasum, Min, Max or Product")
     return op
 
 
@@ -56,8 +56,9 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
                     op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: ProcessSet = global_process_set) -> int:
     """Start an allreduce; returns a handle for ``poll``/``synchronize``."""
-    return impl().allreduce_async(tensor, name=name, op=resolve_op(op, average), prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor, process_set=process_set)
+    return impl().allreduce_async(tensor, name=name, op=resolve_op(op, average),
+                                  prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                                  process_set=process_set)
 
 
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -72,8 +73,9 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
                      op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set: ProcessSet = global_process_set) -> int:
     """Start an in-place allreduce; returns a handle."""
-    return impl().allreduce_async_(tensor, name=name, op=resolve_op(op, average), prescale_factor=prescale_factor,
-                                   postscale_factor=postscale_factor, process_set=process_set)
+    return impl().allreduce_async_(tensor, name=name, op=resolve_op(op, average),
+                                   prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                                   process_set=process_set)
 
 
 def grouped_allreduce(tensors: Tensors, average: bool | None = None, name: str | None = None,
@@ -81,13 +83,14 @@ def grouped_allreduce(tensors: Tensors, average: bool | None = None, name: str |
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                       process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
     """Allreduce a list of tensors as one operation; differentiable."""
-    return impl().grouped_allreduce(list(tensors), name=name, compression=compression, op=resolve_op(op, average),
-                                    prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                                    process_set=process_set)
+    return impl().grouped_allreduce(list(tensors), name=name, compression=compression,
+                                    op=resolve_op(op, average), prescale_factor=prescale_factor,
+                                    postscale_factor=postscale_factor, process_set=process_set)
 
 
 def grouped_allreduce_async(tensors: Tensors, average: bool | None = None, name: str | None = None,
-                            op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            op: str | None = None, prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0,
                             process_set: ProcessSet = global_process_set) -> int:
     """Start a grouped allreduce; returns a handle."""
     return impl().grouped_allreduce_async(list(tensors), name=name, op=resolve_op(op, average),
@@ -105,7 +108,8 @@ def grouped_allreduce_(tensors: Tensors, average: bool | None = None, name: str 
 
 
 def grouped_allreduce_async_(tensors: Tensors, average: bool | None = None, name: str | None = None,
-                             op: str | None = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             op: str | None = None, prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0,
                              process_set: ProcessSet = global_process_set) -> int:
     """Start an in-place grouped allreduce; returns a handle."""
     return impl().grouped_allreduce_async_(list(tensors), name=name, op=resolve_op(op, average),
@@ -180,8 +184,8 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
 
 
 def reducescatter(tensor: torch.Tensor, name: str | None = None, compression: Compressor = Compression.none,
-                  op: str = Average, process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
-                  postscale_factor: float = 1.0) -> torch.Tensor:
+                  op: str = Average, process_set: ProcessSet = global_process_set,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduce over the ranks, then give each rank its slice of dim 0; differentiable."""
     return impl().reducescatter(tensor, name=name, compression=compression, op=op, process_set=process_set,
                                 prescale_factor=prescale_factor, postscale_factor=postscale_factor)
@@ -195,8 +199,9 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: str =
                                       prescale_factor=prescale_factor, postscale_factor=postscale_factor)
 
 
-def grouped_reducescatter(tensors: Tensors, name: str | None = None, compression: Compressor = Compression.none,
-                          op: str = Average, process_set: ProcessSet = global_process_set,
+def grouped_reducescatter(tensors: Tensors, name: str | None = None,
+                          compression: Compressor = Compression.none, op: str = Average,
+                          process_set: ProcessSet = global_process_set,
                           prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> list[torch.Tensor]:
     """Reducescatter a list of tensors as one operation; differentiable."""
     return impl().grouped_reducescatter(list(tensors), name=name, compression=compression, op=op,
@@ -209,7 +214,8 @@ def grouped_reducescatter_async(tensors: Tensors, name: str | None = None, op: s
                                 postscale_factor: float = 1.0) -> int:
     """Start a grouped reducescatter; returns a handle."""
     return impl().grouped_reducescatter_async(list(tensors), name=name, op=op, process_set=process_set,
-                                              prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+                                              prescale_factor=prescale_factor,
+                                              postscale_factor=postscale_factor)
 
 
 def poll(handle: int) -> bool:

@@ -28,7 +28,7 @@ class ProcessSet:
             ranks = sorted(ranks_or_comm)
         except TypeError:
             raise ValueError("ProcessSet takes a list of ranks; MPI communicators need Horovod built with "
-                             f"MPI, which this installation is not (got {type(ranks_or_comm).__name__})") from None
+                             f"MPI, which this one is not (got {type(ranks_or_comm).__name__})") from None
         if any(not isinstance(r, int) for r in ranks):
             raise ValueError(f"ProcessSet ranks must be integers, got {ranks_or_comm!r}")
         self.ranks = ranks
@@ -53,7 +53,8 @@ class ProcessSet:
         return impl().rank() in self.ranks
 
     def __str__(self) -> str:
-        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, mpi_comm={self.mpi_comm})"
+        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+                f"mpi_comm={self.mpi_comm})")
 
 
 global_process_set = ProcessSet([])

@@ -20,8 +20,8 @@ from src.compat._hvd_state import backend_name, impl
 class SyncBatchNorm(_BatchNorm):
     """Synchronous N-dimensional batch norm (Horovod's arguments; see the module docstring)."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True) -> None:
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
 
     def _check_input_dim(self, input: torch.Tensor) -> None:

@@ -69,7 +69,7 @@ _S = {"rank": 0, "size": 1, "local_rank": 0, "local_size": 1, "group": False, "d
 
 def init(comm=None, process_sets=None):
     if comm is not None:
-        raise ValueError("hvd.init(comm=...) takes an MPI communicator; the torch backend is not built on MPI")
+        raise ValueError("hvd.init(comm=...) takes an MPI communicator; the torch backend has no MPI")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     _S["rank"] = int(os.environ.get("RANK", "0"))
     _S["size"] = world

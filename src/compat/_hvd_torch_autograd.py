@@ -27,7 +27,8 @@ class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.op, ctx.pre, ctx.post, ctx.ps = op, prescale_factor, postscale_factor, process_set
-        return ops.synchronize(ops.allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set))
+        return ops.synchronize(ops.allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
+                                                   process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -52,15 +53,16 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_output):
-        grads = grouped_allreduce(list(grad_output), op=ctx.op, prescale_factor=ctx.pre, postscale_factor=ctx.post,
-                                  process_set=ctx.ps)
+        grads = grouped_allreduce(list(grad_output), op=ctx.op, prescale_factor=ctx.pre,
+                                  postscale_factor=ctx.post, process_set=ctx.ps)
         return (None, None, None, None, None, *grads)
 
 
 def grouped_allreduce(tensors, name=None, compression=Compression.none, op="average", prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set):
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
-    outs = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set, *compressed)
+    outs = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                         *compressed)
     return [compression.decompress(t, c) for t, c in zip(outs, ctxs)]
 
 
@@ -167,8 +169,8 @@ class HorovodReducescatter(torch.autograd.Function):
         return allgather(grad, process_set=ctx.ps), None, None, None, None, None
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op="average", process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor, name=None, compression=Compression.none, op="average",
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     compressed, ctx = compression.compress(tensor)
     out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, ctx)
@@ -190,5 +192,6 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op="average",
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
-    outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor, *compressed)
+    outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                             *compressed)
     return [compression.decompress(t, c) for t, c in zip(outs, ctxs)]

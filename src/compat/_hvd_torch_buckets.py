@@ -111,8 +111,10 @@ class Buckets:
         comp, ctx = self.compression.compress(flat)
         comp = comp if comp.device.type == self.device.split(":")[0] else comp.to(self.device)
         try:
-            work = (dist.all_reduce(comp, op=dist.ReduceOp.SUM, group=self.group, async_op=True) if owner < 0 else
-                    dist.reduce(comp, dst=owner, op=dist.ReduceOp.SUM, group=self.group, async_op=True))
+            if owner < 0:
+                work = dist.all_reduce(comp, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+            else:
+                work = dist.reduce(comp, dst=owner, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
         except RuntimeError as e:
             raise HorovodInternalError(f"gradient allreduce failed: {e}") from e
         return work, comp, ctx
@@ -148,9 +150,9 @@ class Buckets:
     def mirror(self) -> None:
         """On a joined rank: take part in one round of this optimizer's reductions with zeros."""
         if self.owners:
-            raise HorovodInternalError("hvd.join(): a rank that has joined cannot serve a ZeRO stage-2 optimizer "
-                                       "(reduce_to): the gradient shards it owns would never be stepped; give "
-                                       "every rank the same number of batches")
+            raise HorovodInternalError("hvd.join(): a rank that has joined cannot serve a ZeRO stage-2 "
+                                       "optimizer (reduce_to): the gradient shards it owns would never be "
+                                       "stepped; give every rank the same number of batches")
         works = []
         for bucket in self.buckets:
             by_dtype: dict = {}

@@ -38,7 +38,8 @@ _DELETE_BATCH = 16  # schedule entries the coordinator's executor removes from t
 class Request:
     """One operation of this rank: what it submitted, and its outcome once executed."""
 
-    __slots__ = ("name", "kind", "meta", "tensors", "outputs", "done", "error", "result", "extra", "submitted")
+    __slots__ = ("name", "kind", "meta", "tensors", "outputs", "done", "error", "result", "extra",
+                 "submitted")
 
     def __init__(self, name: str, kind: str, meta: dict, tensors: list | None = None,
                  outputs: list | None = None) -> None:
@@ -218,9 +219,9 @@ def _event(rank: int, req: Request) -> dict:
 
 def _claim(pending: dict[str, Request], req: Request) -> None:
     if req.name in pending:
-        raise ValueError(f"Requested to {req.kind.lower()} a tensor with the same name as another tensor that "
-                         f"is currently being processed: '{req.name}'. Use a different name, or synchronize "
-                         "the first operation before submitting the second")
+        raise ValueError(f"Requested to {req.kind.lower()} a tensor with the same name as another tensor "
+                         f"that is currently being processed: '{req.name}'. Use a different name, or "
+                         "synchronize the first operation before submitting the second")
     pending[req.name] = req
 
 

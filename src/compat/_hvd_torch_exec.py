@@ -110,7 +110,9 @@ def _by_dtype(tensors: list) -> dict:
 
 def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().contiguous()
-    return t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
+    if not t.numel():
+        return torch.empty(0, dtype=torch.uint8, device=t.device)
+    return t.reshape(-1).view(torch.uint8)
 
 
 def _from_bytes(b: torch.Tensor, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
@@ -145,7 +147,10 @@ def _allgather(resp: dict, tensors: list, _outputs: Any, place: Place, extra: di
 def _broadcast(resp: dict, tensors: list, outputs: list | None, place: Place, _extra: dict) -> Any:
     meta = resp["m"]
     root = meta["root"]
-    root_shapes = resp["shapes"][place.ranks.index(root)] if meta.get("obj") else [list(t.shape) for t in tensors]
+    if meta.get("obj"):  # only the root knows the length: the negotiation carried its shape
+        root_shapes = resp["shapes"][place.ranks.index(root)]
+    else:
+        root_shapes = [list(t.shape) for t in tensors]
     if place.rank == root or place.size == 1:
         buf = torch.cat([_as_bytes(t) for t in tensors])
     else:

@@ -35,7 +35,8 @@ class Negotiation:
 
     def pending(self) -> dict[str, list[int]]:
         """Names submitted by some ranks only, with the ranks still missing (for stall reports)."""
-        return {n: [r for r in self.ranks if r not in e and r not in self.joined] for n, e in self.table.items()}
+        return {n: [r for r in self.ranks if r not in e and r not in self.joined]
+                for n, e in self.table.items()}
 
     def add(self, event: dict) -> list[dict]:
         """Take one event from the log; return the responses it makes ready, in execution order."""
@@ -68,14 +69,15 @@ def construct_response(name: str, events: list[dict], joined: list[int], ranks: 
     """Horovod's ConstructResponse: the checked response for one name (``err`` set on a mismatch)."""
     first = events[0]
     kind, meta = first["k"], first["m"]
-    err = (_check_kind(events) or _check_types(events) or _check_count(events) or _check_join(kind, meta, joined)
-           or _check_shapes(kind, events) or _check_factors(kind, events) or _check_root(kind, events)
-           or _check_device(kind, events))
+    err = (_check_kind(events) or _check_types(events) or _check_count(events)
+           or _check_join(kind, meta, joined) or _check_shapes(kind, events) or _check_factors(kind, events)
+           or _check_root(kind, events) or _check_device(kind, events))
     resp: dict[str, Any] = {"k": kind, "n": name, "err": None if err is None else f"{kind} '{name}': {err}",
                             "m": meta, "joined": joined}
     if err is None and kind in ("ALLGATHER", "BROADCAST", "ALLTOALL"):
         by_rank = {e["r"]: e["m"] for e in events}
-        resp["shapes"] = [by_rank[r]["sh"] if r in by_rank else [[0] + s[1:] for s in meta["sh"]] for r in ranks]
+        no_rows = [[0] + s[1:] for s in meta["sh"]]  # a joined rank's part (internal allgathers)
+        resp["shapes"] = [by_rank[r]["sh"] if r in by_rank else no_rows for r in ranks]
         if kind == "ALLTOALL":
             resp["splits"] = [by_rank[r]["splits"] for r in ranks]
     return resp
@@ -88,8 +90,8 @@ def _describe(events: list[dict], key: Any) -> str:
 def _check_kind(events: list[dict]) -> str | None:
     kinds = {e["k"] for e in events}
     if len(kinds) > 1:
-        return f"mismatched operations ({_describe(events, lambda e: e['k'])}); every rank must call the same " \
-               "collective under one name"
+        return (f"mismatched operations ({_describe(events, lambda e: e['k'])}); every rank must call the "
+                "same collective under one name")
     return None
 
 

@@ -29,7 +29,8 @@ _LOCK = threading.Lock()
 def _meta(tensors: list[torch.Tensor], **extra: Any) -> dict:
     dev = {t.device.type for t in tensors}
     if len(dev) > 1:
-        raise HorovodInternalError("a grouped operation got tensors on CPU and GPU at once; put them on one device")
+        raise HorovodInternalError("a grouped operation got tensors on CPU and GPU at once; put them on one "
+                                   "device")
     return {"dt": [str(t.dtype) for t in tensors], "sh": [list(t.shape) for t in tensors],
             "dev": dev.pop() if dev else "cpu", **extra}
 
@@ -149,7 +150,8 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 def grouped_broadcast_(tensors, root_rank, name=None, process_set=global_process_set):
     """Ours: broadcast a list of tensors in place as one negotiated operation (broadcast_parameters)."""
-    return synchronize(submit("BROADCAST", process_set, name, list(tensors), list(tensors), root=int(root_rank)))
+    return synchronize(submit("BROADCAST", process_set, name, list(tensors), list(tensors),
+                              root=int(root_rank)))
 
 
 def object_broadcast_async(data: torch.Tensor, root_rank: int, name: str, process_set: ProcessSet) -> int:

@@ -32,8 +32,8 @@ def registered(index: int) -> Any:
     """The buckets of the index-th global-set optimizer of this process (``hvd.join`` mirrors its steps)."""
     opt = _OPTIMIZERS[index]() if index < len(_OPTIMIZERS) else None
     if opt is None:
-        raise RuntimeError(f"hvd.join(): another rank steps DistributedOptimizer #{index}, which this rank does "
-                           "not have; create the same optimizers on every rank")
+        raise RuntimeError(f"hvd.join(): another rank steps DistributedOptimizer #{index}, which this rank "
+                           "does not have; create the same optimizers on every rank")
     return opt._buckets
 
 
@@ -46,11 +46,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._parameter_names = _names(self.param_groups, named_parameters)
         self._compression = compression
         self.backward_passes_per_step = backward_passes_per_step
-        self.op, self.gradient_predivide_factor, self.sparse_as_dense = op, gradient_predivide_factor, sparse_as_dense
+        self.op, self.gradient_predivide_factor = op, gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
         self._should_synchronize, self._synchronized = True, False
         self._sparse_handles: dict = {}
-        self._owner = dict(reduce_to or {})  # ZeRO stage 2 (ours): param -> the rank its gradient is summed onto
+        self._owner = dict(reduce_to or {})  # ZeRO stage 2 (ours): param -> the rank its gradient goes to
         if self._owner and op != "average":
             raise ValueError("DistributedOptimizer: reduce_to needs op=average")
         all_params = [p for g in self.param_groups for p in g["params"]]
@@ -78,7 +79,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if self._buckets.delay[p] == 1:  # its last pass this round: reduce indices and values
                 self._buckets.sparse.add(p)
                 self._sparse_handles[p] = ops.sparse_allreduce_async(
-                    p.grad, name=f"{self._parameter_names[p]}.sparse", op=self.op, process_set=self.process_set)
+                    p.grad, name=f"{self._parameter_names[p]}.sparse", op=self.op,
+                    process_set=self.process_set)
         self._buckets.count(p, lambda: _too_many_passes(self, p))
 
     def set_backward_passes_per_step(self, passes):
@@ -158,29 +160,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def _too_many_passes(opt, p):
-    return (f"Gradients were computed more than backward_passes_per_step={opt.backward_passes_per_step} times "
-            f"before call to step() (parameter {opt._parameter_names.get(p, '?')}). Increase "
-            "backward_passes_per_step to accumulate gradients locally, or call optimizer.synchronize()/step() "
-            "after every backward_passes_per_step backward passes.")
+    return (f"Gradients were computed more than backward_passes_per_step={opt.backward_passes_per_step} "
+            f"times before call to step() (parameter {opt._parameter_names.get(p, '?')}). Increase "
+            "backward_passes_per_step to accumulate gradients locally, or call "
+            "optimizer.synchronize()/step() after every backward_passes_per_step backward passes.")
 
 
 def _names(param_groups, named_parameters):
     """Horovod's parameter names: the given ones (unique, covering every parameter) or generated ones."""
     if named_parameters is None:
-        return {v: f"allreduce.noname.{i}.{j}" for i, g in enumerate(param_groups) for j, v in enumerate(g["params"])}
+        return {v: f"allreduce.noname.{i}.{j}"
+                for i, g in enumerate(param_groups) for j, v in enumerate(g["params"])}
     named_parameters = list(named_parameters)
     if any(not isinstance(p, tuple) for p in named_parameters):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced "
-                         "by model.named_parameters().")
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
+                         "produced by model.named_parameters().")
     names = [n for n, _ in named_parameters]
     dups = sorted({n for n in names if names.count(n) > 1})
     if dups:
-        raise ValueError(f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(dups)}")
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: "
+                         f"{', '.join(dups)}")
     named_ids = {id(v) for _, v in named_parameters}
     unnamed = [p for g in param_groups for p in g["params"] if id(p) not in named_ids]
     if unnamed:
-        raise ValueError(f"named_parameters was specified, but {len(unnamed)} optimizer parameter(s) are not "
-                         "in it; pass model.named_parameters() of the model whose parameters the optimizer holds")
+        raise ValueError(f"named_parameters was specified, but {len(unnamed)} optimizer parameter(s) are "
+                         "not in it; pass model.named_parameters() of the model whose parameters the "
+                         "optimizer holds")
     return {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
 
 
@@ -193,16 +198,19 @@ def _check_same_layout(names, params, process_set):
     for r, theirs in enumerate(everyone):
         if theirs != mine:
             diff = next(((a, b) for a, b in zip(mine, theirs) if a != b), (len(mine), len(theirs)))
-            raise ValueError(f"DistributedOptimizer: the ranks' parameters differ (this rank vs set rank {r}: "
-                             f"{diff[0]} vs {diff[1]}); every rank must wrap the same model's parameters")
+            raise ValueError(f"DistributedOptimizer: the ranks' parameters differ (this rank vs set rank "
+                             f"{r}: {diff[0]} vs {diff[1]}); every rank must wrap the same model's "
+                             "parameters")
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None, backward_passes_per_step=1,
                          op="average", gradient_predivide_factor=1.0, num_groups=0, groups=None,  # noqa: ARG001 (Horovod's signature: the buckets fuse already)
-                         sparse_as_dense=False, process_set=global_process_set, row_sparse=(), reduce_to=None):
+                         sparse_as_dense=False, process_set=global_process_set, row_sparse=(),
+                         reduce_to=None):
     if op not in ("average", "sum"):
-        raise ValueError(f"DistributedOptimizer op {op!r}: the torch backend reduces gradients with Average or "
-                         "Sum; Adasum needs real Horovod built with MPI")
+        raise ValueError(f"DistributedOptimizer op {op!r}: the torch backend reduces gradients with Average "
+                         "or Sum; Adasum needs real Horovod built with MPI")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
-    return cls(optimizer.param_groups, named_parameters, compression or Compression.none, backward_passes_per_step,
-               op, gradient_predivide_factor, sparse_as_dense, process_set, row_sparse, reduce_to)
+    return cls(optimizer.param_groups, named_parameters, compression or Compression.none,
+               backward_passes_per_step, op, gradient_predivide_factor, sparse_as_dense, process_set,
+               row_sparse, reduce_to)

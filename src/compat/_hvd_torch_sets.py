@@ -63,7 +63,8 @@ def _store() -> Any:
 
 def start(rank: int, size: int, generation: int, fused_device: str) -> None:
     """Register the global set (called by ``init``, after the default group exists)."""
-    run = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'none')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    run = (f"{os.environ.get('TORCHELASTIC_RUN_ID', 'none')}/"
+           f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}")
     _S.update(sets={}, next_id=1, prefix=f"clipbert/hvd/{run}/{generation}/", rank=rank, size=size,
               device=fused_device)
     ranks = list(range(size))

@@ -88,19 +88,19 @@ from src.compat._hvd_state import BACKENDS, STATE, NotInitializedError, backend_
 from src.compat._hvd_sync_bn import SyncBatchNorm
 
 __all__ = [
-    "BACKENDS", "Adasum", "Average", "Compression", "Compressor", "DistributedOptimizer", "HorovodInternalError",
-    "HostsUpdatedInterrupt", "Max", "Min", "NotInitializedError", "Params", "Product", "ProcessSet", "Sum",
-    "SyncBatchNorm", "add_process_set", "allgather", "allgather_async", "allgather_object", "allreduce",
-    "allreduce_", "allreduce_async", "allreduce_async_", "alltoall", "alltoall_async", "backend_name", "barrier",
-    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
-    "broadcast_optimizer_state", "broadcast_parameters", "busy", "ccl_built", "cross_rank", "cross_size",
-    "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "global_process_set", "grouped_allgather",
-    "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
-    "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async", "init",
-    "is_homogeneous", "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled",
-    "mpi_threads_supported", "nccl_built", "poll", "rank", "reducescatter", "reducescatter_async",
-    "remove_process_set", "rocm_built", "set_backend", "shutdown", "size", "sparse_allreduce_async",
-    "start_timeline", "stop_timeline", "synchronize",
+    "BACKENDS", "Adasum", "Average", "Compression", "Compressor", "DistributedOptimizer",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "Max", "Min", "NotInitializedError", "Params",
+    "Product", "ProcessSet", "Sum", "SyncBatchNorm", "add_process_set", "allgather", "allgather_async",
+    "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
+    "alltoall_async", "backend_name", "barrier", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "busy",
+    "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
+    "global_process_set", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter",
+    "grouped_reducescatter_async", "init", "is_homogeneous", "is_initialized", "join", "local_rank",
+    "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "poll", "rank",
+    "reducescatter", "reducescatter_async", "remove_process_set", "rocm_built", "set_backend", "shutdown",
+    "size", "sparse_allreduce_async", "start_timeline", "stop_timeline", "synchronize",
 ]
 
 logger = logging.getLogger(__name__)

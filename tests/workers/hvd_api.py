@@ -59,7 +59,8 @@ def sparse(a, r, _n):
         opt_d = hvd.DistributedOptimizer(torch.optim.SGD(emb_dense.parameters(), lr=0.5),
                                          named_parameters=[(f"d{as_dense}.w", emb_dense.weight)])
         for step in range(3):
-            ids = (torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]] if r == 0 else [[1, 3, 4], [4, 7, 9]]) + step % 2) % 10
+            ids = torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]] if r == 0 else [[1, 3, 4], [4, 7, 9]])
+            ids = (ids + step % 2) % 10
             for emb, opt in ((emb_sparse, opt_s), (emb_dense, opt_d)):
                 opt.zero_grad()
                 (emb(ids) ** 2).sum().backward()
@@ -73,7 +74,7 @@ def sparse(a, r, _n):
 def mismatch(a, r, _n):
     errors = {}
     for case, fn in (("shape", lambda: hvd.allreduce(torch.ones(3 + r), name="mismatch.shape")),
-                     ("dtype", lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32 if r else torch.float32))),
+                     ("dtype", lambda: hvd.allreduce(torch.ones(3, dtype=[torch.float32, torch.int32][r]))),
                      ("root", lambda: hvd.broadcast(torch.ones(3), root_rank=r)),
                      ("allgather_dims", lambda: hvd.allgather(torch.ones(2, 3 + r)))):
         try:

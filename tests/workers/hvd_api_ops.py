@@ -97,7 +97,8 @@ def reduction_checks(hvd, r, n):
 
 
 def async_checks(hvd, r, n):
-    handles = [hvd.allreduce_async(torch.ones(4) * i * (r + 1), op=hvd.Sum, name=f"async.{i}") for i in range(4)]
+    handles = [hvd.allreduce_async(torch.ones(4) * i * (r + 1), op=hvd.Sum, name=f"async.{i}")
+               for i in range(4)]
     polls = [hvd.poll(h) for h in handles]
     sums = [hvd.synchronize(h) for h in handles]
     gather = hvd.allgather_async(torch.ones(r + 1, 2) * r)
@@ -141,9 +142,9 @@ def torch_backend_checks(hvd, r, n):
     """Beyond Horovod (its allreduce rejects int16): summed as int32 and cast back, wrapping like int16."""
     if hvd.backend_name() != "torch":
         return {}
-    return {"int16_sum_wraps": (hvd.allreduce(torch.tensor([30000, -5], dtype=torch.int16) * (r + 1), op=hvd.Sum),
-                                (torch.tensor([30000, -5], dtype=torch.int32) * sum(range(1, n + 1)))
-                                .to(torch.int16))}
+    mine = torch.tensor([30000, -5], dtype=torch.int16) * (r + 1)
+    expected = (torch.tensor([30000, -5], dtype=torch.int32) * sum(range(1, n + 1))).to(torch.int16)
+    return {"int16_sum_wraps": (hvd.allreduce(mine, op=hvd.Sum), expected)}
 
 
 def run_checks(hvd):
