@@ -102,13 +102,16 @@ def _restarted():
 def _restart_safe_store(world, timeout):
     """After ``torchrun --max-restarts`` restarted the workers, the agent's store can still hold the
     previous round's process-group keys, and a new worker then reads a dead peer's address (gloo:
-    "connectFullMesh failed ... Connection refused", seen in about half of the restarts here). Keys of
-    restart round ``n`` > 0 go under their own prefix; a first round, or no agent store: the default."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not _restarted():
+    "connectFullMesh failed ... Connection refused", seen in about half of the restarts here); so can
+    a second ``hvd.init()`` after ``hvd.shutdown()`` in one process (it waited forever). Keys of restart
+    round ``n`` > 0, or of a re-initialisation, go under their own prefix; a first init: the default."""
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or "0"
+    reinit = _S["generation"] > 0
+    if not reinit and (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not _restarted()):
         return {}
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
                           timeout=timeout)
-    prefix = f"clipbert/restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    prefix = f"clipbert/restart_{restart}" + (f"/init_{_S['generation']}" if reinit else "")
     return {"store": dist.PrefixStore(prefix, store), "rank": _S["rank"], "world_size": world}
 
 

@@ -272,3 +272,17 @@ def busy() -> contextlib.AbstractContextManager:
     backend's peer watchdog allows it ``DIST_BUSY_GRACE_S`` of silence; a no-op elsewhere."""
     backend = STATE["impl"]
     return backend.busy() if backend is not None and hasattr(backend, "busy") else contextlib.nullcontext()
+
+
+def __getattr__(name: str) -> Any:
+    """``hvd.elastic``: Horovod's own elastic module (``hvd.elastic.run``, ``TorchState``), loaded when
+    first used; it drives Horovod itself, so it belongs to ``horovodrun`` jobs."""
+    if name == "elastic":
+        try:
+            import horovod.torch.elastic as elastic
+        except ImportError as e:
+            raise AttributeError("hvd.elastic is Horovod's elastic training (horovodrun --min-np/--max-np) and "
+                                 "needs Horovod installed; under torchrun use --max-restarts "
+                                 "(docs/scaling_out.md)") from e
+        return elastic
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
