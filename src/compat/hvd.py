@@ -281,8 +281,8 @@ def __getattr__(name: str) -> Any:
         try:
             import horovod.torch.elastic as elastic
         except ImportError as e:
-            raise AttributeError("hvd.elastic is Horovod's elastic training (horovodrun --min-np/--max-np) and "
-                                 "needs Horovod installed; under torchrun use --max-restarts "
+            raise AttributeError("hvd.elastic is Horovod's elastic training (horovodrun --min-np/--max-np) "
+                                 "and needs Horovod installed; under torchrun use --max-restarts "
                                  "(docs/scaling_out.md)") from e
         return elastic
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
