@@ -33,10 +33,11 @@ _WIRE = {torch.int16: torch.int32}  # dtypes the backends cannot reduce, and wha
 class Place:
     """Where a set's collectives run, from this rank: its group and its position in the set."""
 
-    def __init__(self, ranks: list[int], rank: int, group: Any) -> None:
+    def __init__(self, ranks: list[int], rank: int, group: Any, cuda_index: int | None = None) -> None:
         self.ranks, self.rank, self.group = list(ranks), rank, group
         self.size, self.index = len(self.ranks), self.ranks.index(rank)
         self.join_device = torch.device("cpu")  # where a joined rank makes its zeros (hvd.join(device))
+        self.cuda_index = cuda_index  # this rank's GPU: the executor thread's current device for NCCL
 
 
 def execute(resp: dict, req: Any, place: Place) -> Any:
@@ -45,10 +46,12 @@ def execute(resp: dict, req: Any, place: Place) -> Any:
     tensors = req.tensors if req is not None else _stand_ins(resp, place)
     outputs = req.outputs if req is not None else None
     extra = req.extra if req is not None else {}
+    if place.cuda_index is not None and torch.cuda.current_device() != place.cuda_index:
+        torch.cuda.set_device(place.cuda_index)  # the current device is per thread
     with span(kind, resp["n"]):
-        if kind == "BARRIER":
+        if kind == "BARRIER":  # a CPU allreduce: the Gloo half of a cpu:gloo,cuda:nccl group, on any GPU
             if place.size > 1:
-                dist.barrier(group=place.group)
+                dist.all_reduce(torch.zeros(1), group=place.group)
             return None
         return _RUNNERS[kind](resp, tensors, outputs, place, extra)
 

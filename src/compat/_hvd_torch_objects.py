@@ -48,10 +48,20 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
     return pickle.loads(out.numpy().tobytes())  # from the job's own root rank
 
 
+CHUNK_BYTES = 64 * 2 ** 20  # one grouped broadcast moves at most this much (plus one tensor)
+
+
 def broadcast_parameters(named_tensors: list, root_rank: int) -> None:
-    """All tensors in place from ``root_rank``, as one grouped broadcast per device."""
+    """All tensors in place from ``root_rank``: grouped broadcasts of about 64 MB, per device."""
     by_device: dict = {}
     for _, t in named_tensors:
         by_device.setdefault(t.device, []).append(t)
     for device in sorted(by_device, key=str):
-        ops.grouped_broadcast_(by_device[device], root_rank, name=f"broadcast_parameters.{device}")
+        chunk, size, n = [], 0, 0
+        for t in [*by_device[device], None]:
+            if chunk and (t is None or size + t.numel() * t.element_size() > CHUNK_BYTES):
+                ops.grouped_broadcast_(chunk, root_rank, name=f"broadcast_parameters.{device}.{n}")
+                chunk, size, n = [], 0, n + 1
+            if t is not None:
+                chunk.append(t)
+                size += t.numel() * t.element_size()

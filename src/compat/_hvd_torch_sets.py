@@ -30,7 +30,8 @@ class TorchSet:
                  controller: Any) -> None:
         self.id, self.ranks, self.rank = set_id, ranks, rank
         self.group, self.fused_group, self.controller = group, fused_group, controller
-        self.place = Place(ranks, rank, group) if rank in ranks else None
+        cuda = _S["device"].split(":")[1] if _S["device"].startswith("cuda:") else None
+        self.place = Place(ranks, rank, group, None if cuda is None else int(cuda)) if rank in ranks else None
 
     @property
     def size(self) -> int:
