@@ -151,8 +151,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
+    def _in_flight(self):
+        """Gradients are being reduced (amp's O2 ``zero_grad`` keeps this guard too)."""
+        return self._buckets is not None and self._buckets.in_flight(self.backward_passes_per_step)
+
     def zero_grad(self, set_to_none=True):
-        if self._buckets is not None and self._buckets.in_flight(self.backward_passes_per_step):
+        if self._in_flight():
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(); this would drop gradients "
                                  "already being reduced. Call step()/synchronize() first.")
