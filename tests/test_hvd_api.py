@@ -129,3 +129,29 @@ def test_collectives_equal_horovods_definitions(tmp_path, launcher):
         assert len(res) >= 22
         bad = {k: v for k, v in res.items() if v is not None}
         assert not bad, (launcher, r, bad)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_sync_batch_norm_on_cpu_matches_whole_batch(tmp_path, launcher):
+    """hvd.SyncBatchNorm on CPU tensors (Horovod's needs CUDA): 2 ranks with half a batch each give
+    torch's BatchNorm1d on the whole batch: outputs, running statistics, input and parameter gradients."""
+    single = tmp_path / "single"
+    single.mkdir()
+    mp_utils.check(mp_utils.run_python([WORKER, "--mode", "syncbn", "--out", single],
+                                       env={"DIST_BACKEND": "torch"}))
+    ref = torch.load(single / "syncbn0.pt")
+    _run(launcher, "syncbn", tmp_path)
+    for r in range(2):
+        got = torch.load(tmp_path / f"syncbn{r}.pt")
+        for k, v in ref.items():
+            torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-5, msg=f"{launcher} rank {r}: {k}")
+
+
+def test_timeline_is_a_chrome_trace_of_the_collectives(tmp_path):
+    """torchrun: hvd.start_timeline / stop_timeline write a torch.profiler Chrome trace (rank 0, as
+    Horovod) with the named allreduce in it."""
+    _run("torch", "timeline", tmp_path)
+    trace = json.loads((tmp_path / "timeline0.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "hvd.ALLREDUCE timeline.allreduce" in names, sorted(n for n in names if n and "hvd" in n)
+    assert not (tmp_path / "timeline1.json").exists()

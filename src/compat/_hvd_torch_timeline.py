@@ -26,9 +26,18 @@ def start_timeline(file_path: str, mark_cycles: bool = False) -> None:  # noqa: 
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    prof = torch.profiler.profile(activities=activities)
+    prof = torch.profiler.profile(activities=activities, **_all_threads())
     prof.__enter__()
     _T.update(prof=prof, path=file_path)
+
+
+def _all_threads() -> dict:
+    """Record every thread (the collectives run on the process sets' executor threads); a torch
+    without that option records the calling thread only."""
+    try:
+        return {"experimental_config": torch._C._profiler._ExperimentalConfig(profile_all_threads=True)}
+    except (AttributeError, TypeError):
+        return {}
 
 
 def stop_timeline() -> None:

@@ -11,6 +11,9 @@ Modes:
             allreduce, then hvd.join(); final weights, join's return, the loss sums
   ops       reducescatter / alltoall / grouped / async / in-place / integer / process-set results
             checked against Horovod's definitions (each check's expected value is computed here)
+  syncbn    hvd.SyncBatchNorm on CPU, each rank one part of a batch; outputs, running stats and
+            gradients (with ``--world 2`` and no launcher: torch's BatchNorm1d on the whole batch)
+  timeline  start_timeline / an allreduce / stop_timeline; rank 0 writes the trace
 """
 import argparse
 import json
@@ -105,9 +108,38 @@ def join(a, r, n):
     torch.save({"last": last, "losses": losses, **model.state_dict()}, os.path.join(a.out, f"join{r}.pt"))
 
 
+def syncbn(a, r, n):
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(a.world * B, 4, 3, generator=g) * 3 + 1  # (N, C, L)
+    w = torch.randn(a.world * B, 4, 3, generator=g)
+    if n > 1:
+        bn = hvd.SyncBatchNorm(4)
+        x, w = x[r * B:(r + 1) * B], w[r * B:(r + 1) * B]
+    else:
+        bn = torch.nn.BatchNorm1d(4)
+    x.requires_grad_()
+    out = bn(x)
+    (out * w).sum().backward()
+    grads = {"x": x.grad, "weight": bn.weight.grad, "bias": bn.bias.grad}
+    if n > 1:  # the input gradient is each rank's rows; parameter gradients are summed by the optimizer
+        grads = {"x": hvd.allgather(grads["x"]), "weight": hvd.allreduce(grads["weight"], op=hvd.Sum),
+                 "bias": hvd.allreduce(grads["bias"], op=hvd.Sum)}
+        out = hvd.allgather(out.detach())
+    torch.save({"out": out.detach(), "running_mean": bn.running_mean, "running_var": bn.running_var, **grads},
+               os.path.join(a.out, f"syncbn{r}.pt"))
+
+
+def timeline(a, r, _n):
+    path = os.path.join(a.out, f"timeline{r}.json")
+    hvd.start_timeline(path)
+    hvd.allreduce(torch.ones(3), name="timeline.allreduce")
+    hvd.stop_timeline()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", required=True, choices=["autograd", "sparse", "mismatch", "join", "ops"])
+    ap.add_argument("--mode", required=True,
+                    choices=["autograd", "sparse", "mismatch", "join", "ops", "syncbn", "timeline"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--world", type=int, default=2)
     a = ap.parse_args()
