@@ -32,8 +32,8 @@ def _port():
 def run(mode, checkout, extra):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DIST_BACKEND": "torch",
            "PYTHONPATH": checkout + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_port()), WORKER, "--mode", mode, *extra]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+           "127.0.0.1", "--master_port", str(_port()), WORKER, "--mode", mode, *extra]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith('{"result"')]
     if p.returncode or not lines:
@@ -65,7 +65,8 @@ def main():
     ops = run("ops", REPO, ["--steps", "200"])
     for name in ("allreduce", "broadcast"):
         h, d = ops[f"{name}_hvd_ms"], ops[f"{name}_direct_ms"]
-        print(f"hvd.{name} (16 floats): {h:.2f} ms, torch.distributed directly: {d:.2f} ms, ratio {h / d:.1f}")
+        print(f"hvd.{name} (16 floats): {h:.2f} ms, torch.distributed directly: {d:.2f} ms, "
+              f"ratio {h / d:.1f}")
     print(json.dumps({"step_ms": times, "ops_ms": ops}))
 
 
