@@ -62,19 +62,20 @@ def test_sparse_embedding_trains_equal_to_dense(tmp_path, launcher):
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_mismatched_collectives_are_one_clear_error_on_every_rank(tmp_path, launcher):
-    """Different shapes / dtypes / roots per rank: an error on every rank within seconds (no abort, no
-    hang), and the job can go on with a matching collective."""
+    """Different shapes / dtypes / roots per rank, a model that differs: an error on every rank within
+    seconds (no abort, no hang), and the job can go on with a matching collective."""
     t0 = time.time()
     _run(launcher, "mismatch", tmp_path, timeout=120)
     assert time.time() - t0 < 120
-    words = {"shape": "shape", "dtype": "type", "root": "root", "allgather_dims": "shape"}
+    words = {"shape": "shape", "dtype": "type", "root": "root", "allgather_dims": "shape",
+             "model": "shape" if launcher == "horovod" else "parameters differ"}
     for r in range(2):
         res = json.load(open(tmp_path / f"mismatch{r}.json"))
         assert res["after"] == [2.0, 2.0]
         for case, word in words.items():
             err = res["errors"][case]
             assert err is not None and word in err.lower(), (launcher, r, case, err)
-            if launcher == "torch":
+            if launcher == "torch" and case != "model":
                 assert "HorovodInternalError" in err and "rank 0" in err and "rank 1" in err, err
 
 

@@ -85,6 +85,15 @@ def mismatch(a, r, _n):
             errors[case] = None
         except RuntimeError as e:  # Horovod raises HorovodInternalError (a RuntimeError) for all of them
             errors[case] = f"{type(e).__name__}: {e}"
+    model = torch.nn.Linear(3, 2 + r)  # a model that differs between the ranks
+    try:
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+        model(torch.ones(1, 3)).sum().backward()
+        opt.step()
+        errors["model"] = None
+    except (RuntimeError, ValueError) as e:  # torch backend: when the optimizer is made; Horovod: at step
+        errors["model"] = f"{type(e).__name__}: {e}"
     after = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after").tolist()  # the job goes on
     json.dump({"errors": errors, "after": after}, open(os.path.join(a.out, f"mismatch{r}.json"), "w"))
 
