@@ -156,3 +156,14 @@ def test_timeline_is_a_chrome_trace_of_the_collectives(tmp_path):
     names = {e.get("name") for e in trace["traceEvents"]}
     assert "hvd.ALLREDUCE timeline.allreduce" in names, sorted(n for n in names if n and "hvd" in n)
     assert not (tmp_path / "timeline1.json").exists()
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_init_shutdown_init(tmp_path, launcher):
+    """hvd.init() after hvd.shutdown() works (under torchrun too: the second rendezvous has its own store
+    prefix), process sets included; is_initialized() follows."""
+    _run(launcher, "reinit", tmp_path)
+    for r in range(2):
+        seen = json.load(open(tmp_path / f"reinit{r}.json"))
+        assert seen == [[True, 3.0, None, r, 2], False, [True, 3.0, 1.0 if r == 1 else None, r, 2], False,
+                        [True, 3.0, None, r, 2], False], (launcher, r, seen)

@@ -14,6 +14,7 @@ Modes:
   syncbn    hvd.SyncBatchNorm on CPU, each rank one part of a batch; outputs, running stats and
             gradients (with ``--world 2`` and no launcher: torch's BatchNorm1d on the whole batch)
   timeline  start_timeline / an allreduce / stop_timeline; rank 0 writes the trace
+  reinit    init / collectives / shutdown, three times; is_initialized() along the way
 """
 import argparse
 import json
@@ -145,10 +146,24 @@ def timeline(a, r, _n):
     hvd.stop_timeline()
 
 
+def reinit(a, r, _n):
+    seen = []
+    for i in range(3):
+        hvd.init()
+        ps = hvd.add_process_set([1]) if i == 1 else None
+        total = hvd.allreduce(torch.ones(1) * (r + 1), op=hvd.Sum, name=f"reinit.{i}").item()
+        in_set = hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=ps).item() if ps and r == 1 else None
+        seen.append([hvd.is_initialized(), total, in_set, hvd.rank(), hvd.size()])
+        hvd.shutdown()
+        seen.append(hvd.is_initialized())
+    hvd.init()
+    json.dump(seen, open(os.path.join(a.out, f"reinit{r}.json"), "w"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", required=True,
-                    choices=["autograd", "sparse", "mismatch", "join", "ops", "syncbn", "timeline"])
+                    choices=["autograd", "sparse", "mismatch", "join", "ops", "syncbn", "timeline", "reinit"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--world", type=int, default=2)
     a = ap.parse_args()
