@@ -121,6 +121,8 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
 def _from_bytes(b: torch.Tensor, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
     if math.prod(shape) == 0:
         return torch.empty(shape, dtype=dtype, device=b.device)
+    if b.storage_offset() % _itemsize(dtype):  # after a tensor of a smaller type in the same buffer
+        b = b.clone()
     return b.view(dtype).view(shape)
 
 

@@ -138,6 +138,24 @@ def process_set_checks(hvd, r, n):
     return out
 
 
+def _model(rank):
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    model[1].num_batches_tracked += rank + 7  # an int64 buffer between float ones, at an odd offset
+    return model
+
+
+def parameter_checks(hvd, r, n):
+    model = _model(r)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=n - 1)
+    named = _model(r)
+    hvd.broadcast_parameters(named.named_parameters(), root_rank=n - 1)
+    expected = _model(n - 1).state_dict()
+    return {"broadcast_parameters_state_dict": (list(model.state_dict().values()), list(expected.values())),
+            "broadcast_parameters_named": ([p.detach() for p in named.parameters()],
+                                           [p.detach() for p in _model(n - 1).parameters()])}
+
+
 def torch_backend_checks(hvd, r, n):
     """Beyond Horovod (its allreduce rejects int16): summed as int32 and cast back, wrapping like int16."""
     if hvd.backend_name() != "torch":
@@ -151,7 +169,7 @@ def run_checks(hvd):
     r, n = hvd.rank(), hvd.size()
     results = {}
     for part in (reducescatter_checks, alltoall_checks, reduction_checks, async_checks, process_set_checks,
-                 torch_backend_checks):
+                 parameter_checks, torch_backend_checks):
         for name, (actual, expected) in part(hvd, r, n).items():
             results[name] = _diff(actual, expected)
     return results
