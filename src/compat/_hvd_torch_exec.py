@@ -48,7 +48,7 @@ def execute(resp: dict, req: Any, place: Place) -> Any:
     extra = req.extra if req is not None else {}
     if place.cuda_index is not None and torch.cuda.current_device() != place.cuda_index:
         torch.cuda.set_device(place.cuda_index)  # the current device is per thread
-    with span(kind, resp["n"]):
+    with span(kind, resp["n"]), torch.no_grad():  # the caller's autograd functions own the graph
         if kind == "BARRIER":  # a CPU allreduce: the Gloo half of a cpu:gloo,cuda:nccl group, on any GPU
             if place.size > 1:
                 dist.all_reduce(torch.zeros(1), group=place.group)
