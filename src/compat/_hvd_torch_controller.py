@@ -3,8 +3,8 @@
 Horovod runs a background thread that negotiates every operation with a coordinator before executing
 it. Here the same happens over the TCP store ``torchrun`` already runs (the one ``_peer_watchdog`` uses):
 
-* a rank **submits** an operation by appending an event to the set's log: ``k = add("n", 1)``, then
-  ``set("e<k>", event)`` (two store round trips; the log's order is the one order every rank agrees on);
+* a rank **submits** an operation by pushing an event onto the set's log, a queue in the store (one
+  round trip; the log's order is the one order every rank agrees on);
 * the **coordinator** thread of the set's lowest rank reads the log in order, feeds it to
   ``Negotiation`` (name matching, join, checks) and appends each ready response to the schedule
   ``s<j>``;
@@ -108,8 +108,7 @@ class Controller(LocalController):
             self._log(_event(self.rank, req))
 
     def _log(self, event: dict) -> None:
-        k = self._store.add(self.prefix + "n", 1)
-        self._store.set(f"{self.prefix}e{k}", json.dumps(event))
+        self._store.queue_push(self.prefix + "log", json.dumps(event))
 
     def close(self, timeout: float = 10.0) -> None:
         """Leave the set: the threads end once every member has left (or after ``timeout`` seconds)."""
@@ -127,17 +126,15 @@ class Controller(LocalController):
     def _coordinate_loop(self, store: Any) -> None:
         monitor = threading.Thread(target=self._stall_monitor, daemon=True, name=f"hvd-stall-{self.prefix}")
         monitor.start()
-        k = j = 1
+        j = 1
         try:
             while True:
-                event = json.loads(store.get(f"{self.prefix}e{k}"))
+                event = json.loads(store.queue_pop(self.prefix + "log"))  # blocks until a rank submits
                 for resp in self._negotiation_step(event):
                     store.set(f"{self.prefix}s{j}", json.dumps(resp))
                     j += 1
                     if resp["k"] == STOP:
                         return
-                store.delete_key(f"{self.prefix}e{k}")
-                k += 1
         except Exception as e:  # the launcher's store is gone: the job is ending
             self._lost(e)
 
