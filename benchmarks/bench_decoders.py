@@ -13,7 +13,9 @@ printed too). Every decoder's frames are hashed and compared with decoding every
 - limit_nonref: the same without the non-reference frames that are not requested (skip_frame=NONREF),
              which no decoder has to decode either: the stricter lower bound
 - decodeall: decode every frame, convert the requested ones
-- peers (torchcodec 0.13 exact/approximate seek mode, decord 0.6, OpenCV seeking): run in a
+- peers (torchcodec 0.13 exact/approximate seek mode, decord 0.6, OpenCV), each on its best call
+  (the indices sorted and de-duplicated, the frames put back in request order; OpenCV seeks only
+  past a keyframe and reads on otherwise; see _bench_decoders_peer.py): run in a
   subprocess of a throw-away environment, made by --install-peers (a venv under
   ~/.cache/clipbert-legacy/bench_peers with a CPU torch of our version; torchcodec needs FFmpeg's
   shared libraries: as root the script apt-installs Debian's FFmpeg 5.1 libraries). A peer that
@@ -52,7 +54,7 @@ FFMPEG_DEBS = ["libavcodec59", "libavformat59", "libavutil57", "libswscale6", "l
                "libavdevice59", "libavfilter8"]
 GENERATED = [(320, 240, 30, 15), (320, 240, 250, 15), (320, 240, 30, 60), (320, 240, 250, 60),
              (320, 240, 30, 180), (320, 240, 250, 180), (640, 360, 30, 60), (640, 360, 250, 60)]
-PEERS = ["torchcodec_exact", "torchcodec_approx", "decord", "opencv_seek"]
+PEERS = ["torchcodec_exact", "torchcodec_approx", "decord", "opencv"]
 
 
 def generated_video(w, h, gop, seconds, fps=30):
@@ -89,11 +91,13 @@ def videos(quick):
 
 
 def all_pts(data):
-    """Sorted packet pts of the video stream (every frame's presentation position)."""
+    """Sorted packet pts of the video stream (every frame's presentation position), and the
+    presentation indices of its keyframes."""
     c = dec.open_container(data)
-    pts = sorted(p.pts for p in c.demux(video=0) if p.size and p.pts is not None)
+    packets = [(p.pts, p.is_keyframe) for p in c.demux(video=0) if p.size and p.pts is not None]
     c.close()
-    return pts
+    pts = sorted(p for p, _ in packets)
+    return pts, sorted(int(np.searchsorted(pts, p)) for p, key in packets if key)
 
 
 def requested_indices(data, pts, req, seed):
@@ -215,9 +219,9 @@ def bench_ours(name, path, rounds, seed):
     """Our decoders, ClipBERT's, decode-all and the limit on one video: ({req: {decoder: result}}, job)."""
     with open(path, "rb") as f:
         data = f.read()
-    pts = all_pts(data)
+    pts, keyframes = all_pts(data)
     limit = Limit(data, pts)
-    rows, job = {}, {"name": name, "path": path, "requests": {}}
+    rows, job = {}, {"name": name, "path": path, "keyframes": keyframes, "requests": {}}
     for req in REQUESTS:
         idx = requested_indices(data, pts, req, seed)
         job["requests"][req] = idx
@@ -232,6 +236,17 @@ def bench_ours(name, path, rounds, seed):
             rows[req][dname] = {"cpu_ms": cpu, "wall_ms": wall, "sha1": sha1(frames)}
     limit.container.close()
     return rows, job
+
+
+def open_ms(path, rounds=10):
+    """Best CPU ms of opening + closing the bytes: ours (open_container) and av.open with FFmpeg's probe."""
+    import io
+
+    import av
+    with open(path, "rb") as f:
+        data = f.read()
+    ours_ms = measure(lambda: dec.open_container(data).close(), rounds)[0]
+    return ours_ms, measure(lambda: av.open(io.BytesIO(data)).close(), rounds)[0]
 
 
 def geomean(xs):
@@ -299,9 +314,10 @@ def main(argv=None):
     torch.set_num_threads(1)
     if a.install_peers:
         install_peers()
-    res, jobs = {}, []
+    res, jobs, opens = {}, [], {}
     for name, path in videos(a.quick):
         res[name], job = bench_ours(name, path, a.rounds, a.seed)
+        opens[name] = open_ms(path)
         jobs.append(job)
     peer_res = run_peers(jobs, a.rounds, a.peers) if a.peers else {}
     for peer, out in peer_res.items():
@@ -321,6 +337,9 @@ def main(argv=None):
         print(f"\n{key}:")
         print_table(res, key)
         print_summary(res, key)
+    print("\nopening a video (CPU ms, best of 10): ours (open_container) | av.open with FFmpeg's probe")
+    for name, (o, p) in opens.items():
+        print(f"| {name} | {o:.2f} | {p:.2f} |")
     if a.baseline_json:
         print_versus_baseline(res, a.baseline_json)
     if a.json:

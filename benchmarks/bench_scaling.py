@@ -8,7 +8,8 @@ the engine's own per-step figures are read back from ``log/metrics.jsonl``
 data and blocked in the gradient allreduce after the last backward (exposed communication); the rest
 is compute (forward, backward, optimizer) and overhead. Settings are run in alternation, ``--rounds``
 times; the table gives medians over the steps after ``--warmup``, and the ratios to the baseline
-(1 process, 1 thread). Run it on an otherwise idle machine.
+(1 process, 1 thread). Run it on an otherwise idle machine. ``--baseline DIR`` compares the torchrun
+setting with another checkout's ``src/`` (the ratio column is then against it).
 
     .venv/bin/python benchmarks/bench_scaling.py [--data_ratio 0.25] [--rounds 2] [--data_dir data/demo]
 """
@@ -44,6 +45,7 @@ SETTINGS = {
     "1 proc, batch 4 x accum 4": ("one", 1, ACCUM, {}),
     "2 procs (horovodrun), batch 4 x accum 4": ("horovodrun", 1, ACCUM, {}),
 }
+BASELINE = "2 procs (torchrun), baseline checkout"
 
 
 def command(launcher, extra, out, data_dir, data_ratio):
@@ -99,7 +101,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--data_dir", default="data/demo")
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    ap.add_argument("--baseline", help="another checkout (e.g. a git worktree of main): adds the setting "
+                    f"'{BASELINE}', its src/ first on PYTHONPATH, first in the table")
     a = ap.parse_args()
+    if a.baseline:
+        SETTINGS[BASELINE] = ("torchrun", 1, [], {"PYTHONPATH": os.path.realpath(a.baseline)})
+        a.settings = [BASELINE] + [s for s in a.settings if s != BASELINE]
     if not os.path.isfile(os.path.join(REPO, a.data_dir, "stats.json")):
         raise SystemExit(f"no demo data in {a.data_dir}: run ./run_scripts/quickstart.sh (or "
                          f"make_demo_data and pretrain_demo_cnn into {a.data_dir})")

@@ -12,7 +12,9 @@
 #   HOST_NETWORK=1        --network host: the nodes' own addresses and ports, needed for multi-node
 #                         horovodrun -H / torchrun (NCCL and Gloo open ports between the hosts)
 #   GPUS=all|none|0,1     GPUs (default: all when the NVIDIA container toolkit is installed, else none);
-#                         CUDA_VISIBLE_DEVICES=0,1 picks devices, CUDA_VISIBLE_DEVICES= (empty) means none
+#                         CUDA_VISIBLE_DEVICES=0,1 picks devices, CUDA_VISIBLE_DEVICES= (empty) means none;
+#                         GPUs asked for on a host without the NVIDIA container toolkit (docker's --gpus
+#                         needs its hook) nor an nvidia runtime in `docker info`: one line, exit 2
 #   DOCKER_RUN_ARGS="..." more `docker run` arguments (split on spaces), e.g. "-e QUICKSTART_FAST=1"
 # --ipc=host always (DataLoader workers pass batches through /dev/shm; Docker's default is 64 MB).
 # --ulimit memlock=-1 / stack=64 MiB only where this host's hard limits allow them (else docker run fails
@@ -37,7 +39,21 @@ if [ -z "$gpus" ]; then
     gpus=all; else gpus=none; fi
   if [ "$gpus" = all ] && [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then gpus="${CUDA_VISIBLE_DEVICES:-none}"; fi
 fi
+# docker run --gpus needs the NVIDIA container toolkit's hook on the daemon's host (else rc 125 and
+# "could not select device driver"); an nvidia runtime registered with the daemon also serves
+nvidia_runtime() {
+  local t
+  for t in nvidia-container-runtime-hook nvidia-container-toolkit nvidia-ctk nvidia-container-cli; do
+    command -v "$t" >/dev/null 2>&1 && return 0
+  done
+  "${DOCKER:-docker}" info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null \
+    | tr ' ' '\n' | grep -qx nvidia
+}
 opts=(--ipc=host --rm)
+if [ "$gpus" != none ] && ! nvidia_runtime; then
+  say "ERROR: GPUS=$gpus but this host has no NVIDIA container runtime (no nvidia-container-toolkit, no nvidia runtime in docker info): install the NVIDIA Container Toolkit, or run on the CPU with GPUS=none"
+  exit 2
+fi
 case "$gpus" in
   none) ;;
   all) opts+=(--gpus all) ;;

@@ -4,14 +4,20 @@ The legacy builder (Debian's docker.io has no buildx, so no BuildKit secrets or 
 that cannot see the host's pip configuration, CA bundle or local wheels. This writes them into
 ``docker/build_extras/`` (git-ignored; part of the build context): ``pip.conf`` (the host's index URLs that
 a container can reach, ``cert`` and ``find-links`` rewritten to the copies below), ``ca.crt`` and
-``wheels/`` (the ``*.whl`` of the host's local find-links folders, hard-linked when possible). Only the
+``wheels/`` (the ``*.whl`` and ``*.tar.gz`` of the host's local find-links folders and of ``--wheels``
+folders, hard-linked when possible). Only the
 Dockerfile's ``env`` stage reads the folder (through docker/with_build_extras.sh); the final stage copies
 the sources from a stage that deleted it, so no layer of the image holds it.
 
-    python docker/stage_build_extras.py [--wheels DIR ...] [--no-host-pip]
+    python docker/stage_build_extras.py [--wheels DIR ...] [--no-host-pip] [--no-host-wheels] [--no-index]
 
 Prints one line per item (what was passed, what was left out and why). ``file://`` indexes are left out:
 they are folders of this host; put the wheels the build needs in a ``--wheels`` folder instead.
+``--no-host-wheels`` leaves out the host's find-links folders (the CUDA image: this host's CPU torch wheel
+``torch-2.13.0+cpu`` would win over PyPI's CUDA ``torch-2.13.0``, a local version sorting higher).
+``--no-index``: the build installs from the passed wheels only (``no-index = true``): pip prefers an index's
+copy of a wheel over the same file in a find-links folder, so with an index the CUDA build would fetch
+torch and its NVIDIA libraries (3 GB) again; and the set the host resolved is the set the image gets.
 """
 import argparse
 import os
@@ -47,13 +53,20 @@ def _link_or_copy(src: Path, dst: Path):
         shutil.copy2(src, dst)
 
 
-def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS) -> list[str]:
-    """Write pip.conf / ca.crt / wheels/ into ``out`` (emptied first, README kept); returns the report."""
+def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS, host_wheels: bool = True,
+          index: bool = True) -> list[str]:
+    """Write pip.conf / ca.crt / wheels/ into ``out`` (emptied first, README kept); returns the report.
+    ``host_wheels=False``: the host's find-links folders are left out (only ``wheel_dirs`` are passed);
+    ``index=False``: no index at all, only the wheels."""
     out.mkdir(parents=True, exist_ok=True)
     for p in out.iterdir():
         if p.name != KEEP:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
     report, lines = [], ["[global]"]
+    if not index:
+        lines.append("no-index = true")
+        report.append("indexes: none (--no-index: the build installs only the wheels passed)")
+        cfg = {k: v for k, v in cfg.items() if k not in ("index-url", "extra-index-url")}
     urls = cfg.get("index-url", "").split() + cfg.get("extra-index-url", "").split()
     local = [u for u in urls if not u.startswith(("http://", "https://"))]
     remote = [u for u in urls if u not in local]
@@ -72,14 +85,20 @@ def stage(cfg: dict[str, str], wheel_dirs: list[str], out: Path = EXTRAS) -> lis
         shutil.copyfile(cert, out / "ca.crt")
         lines.append(f"cert = {IN_BUILD}/ca.crt")
         report.append(f"CA bundle {cert}: passed")
-    dirs = wheel_dirs + [d for d in cfg.get("find-links", "").split() if Path(d).is_dir()]
-    wheels = sorted({w.name: w for d in dirs for w in Path(d).glob("*.whl")}.values())
+    host_dirs = [d for d in cfg.get("find-links", "").split() if Path(d).is_dir()]
+    if not host_wheels:
+        report += [f"find-links {d}: left out (--no-host-wheels)" for d in host_dirs]
+        host_dirs = []
+    dirs = wheel_dirs + host_dirs
+    # wheels, and sdists (Horovod is built from its sdist: with --no-index it must be here too)
+    wheels = sorted({w.name: w for d in dirs for pattern in ("*.whl", "*.tar.gz")
+                     for w in Path(d).glob(pattern)}.values())
     if wheels:
         (out / "wheels").mkdir()
         for w in wheels:
             _link_or_copy(w, out / "wheels" / w.name)
         lines.append(f"find-links = {IN_BUILD}/wheels")
-        report.append(f"{len(wheels)} local wheel(s) from {', '.join(dirs)}: passed")
+        report.append(f"{len(wheels)} local wheel(s)/sdist(s) from {', '.join(dirs)}: passed")
     (out / "pip.conf").write_text("\n".join(lines) + "\n")
     return report
 
@@ -88,11 +107,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wheels", action="append", default=[], help="a folder of wheels for the build")
     ap.add_argument("--no-host-pip", action="store_true", help="ignore this host's pip configuration")
+    ap.add_argument("--no-host-wheels", action="store_true",
+                    help="leave out the host's find-links folders (keep its indexes and CA)")
+    ap.add_argument("--no-index", action="store_true", help="no index in the build: only the wheels passed")
     a = ap.parse_args(argv)
     for d in a.wheels:
         if not Path(d).is_dir():
             sys.exit(f"[stage_build_extras] ERROR: --wheels {d}: not a folder")
-    for line in stage({} if a.no_host_pip else host_pip_config(), a.wheels):
+    cfg = {} if a.no_host_pip else host_pip_config()
+    for line in stage(cfg, a.wheels, host_wheels=not a.no_host_wheels, index=not a.no_index):
         print(f"[stage_build_extras] {line}")
     return 0
 

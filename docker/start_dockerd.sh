@@ -2,19 +2,36 @@
 # Start a Docker daemon for this machine's builds when none answers (root only), and print its pid.
 # No bridge and no iptables rules: builds and runs use --network host (no image registry is reachable and
 # nothing needs a container network). Stop it with: kill "$(cat /var/run/clipbert-dockerd.pid)"
-#   DOCKERD_LOG=FILE   its log (default /tmp/clipbert-dockerd.log)
+#   DOCKERD_LOG=FILE   its log (default /var/log/clipbert-dockerd/dockerd.log)
+#   DOCKERD_PIDFILE=FILE  its pid file (default /var/run/clipbert-dockerd.pid)
+# The log is written as root, so only into a folder that nobody else can write to: a planted symlink
+# (a fixed name in /tmp was one) would make root overwrite whatever it points at. The default folder is
+# made 0700; a log FILE whose folder is not root's alone, or that is itself a symlink, is refused.
 # Exits 0 when a daemon already answers (printing nothing), 1 with the reason when it cannot start one.
 set -euo pipefail
-PIDFILE=/var/run/clipbert-dockerd.pid
-LOG="${DOCKERD_LOG:-/tmp/clipbert-dockerd.log}"
+PIDFILE="${DOCKERD_PIDFILE:-/var/run/clipbert-dockerd.pid}"
+LOG="${DOCKERD_LOG:-/var/log/clipbert-dockerd/dockerd.log}"
 die() { echo "[start_dockerd] ERROR: $*" >&2; exit 1; }
+
+# a folder only root can change: a real directory (not a symlink), owned by uid 0, no group/other write
+root_only_dir() {
+  local d=$1 owner mode
+  [ ! -L "$d" ] || die "log folder $d is a symlink: refusing to write root's log through it (set DOCKERD_LOG)"
+  [ -d "$d" ] || { mkdir -p -m 0700 "$d" || die "cannot create the log folder $d (set DOCKERD_LOG)"; }
+  read -r owner mode < <(stat -c '%u %a' "$d")
+  [ "$owner" = 0 ] || die "log folder $d is owned by uid $owner, not root: use a root-owned DOCKERD_LOG folder"
+  (( (8#$mode & 8#022) == 0 )) \
+    || die "log folder $d (mode $mode) is writable by others, who could plant a symlink: use a folder only root can write (DOCKERD_LOG)"
+}
 
 docker info >/dev/null 2>&1 && exit 0
 command -v dockerd >/dev/null 2>&1 || die "no dockerd: install it (apt-get install -y docker.io)"
 [ "$(id -u)" = 0 ] || die "starting dockerd needs root (sudo $0), or start the docker service"
+root_only_dir "$(dirname "$LOG")"
+[ ! -L "$LOG" ] || die "log file $LOG is a symlink: refusing to follow it (remove it or set DOCKERD_LOG)"
 nohup dockerd --bridge none --iptables=false --pidfile "$PIDFILE" </dev/null >"$LOG" 2>&1 &
 for _ in $(seq 60); do
-  if docker info >/dev/null 2>&1; then cat "$PIDFILE"; exit 0; fi
+  if docker info >/dev/null 2>&1; then echo "$(cat "$PIDFILE")"; exit 0; fi
   sleep 1
 done
 die "dockerd did not answer within 60 s (log: $LOG)"

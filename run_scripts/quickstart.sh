@@ -11,6 +11,7 @@
 #   QUICKSTART_FAST=1   reduced training (CI smoke run; numbers are not meaningful)
 #   QUICKSTART_NP=N     processes (default 2)
 #   QUICKSTART_OUT=DIR  outputs (default output/quickstart); the demo data goes to data/demo
+#   QUICKSTART_ARGS="--img_resize uint8"  extra flags for every training and inference command
 #   VENV_DIR=DIR        the env (default .venv; /opt/venv in the Docker image), as in setup_env.sh
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,7 +40,8 @@ if [ ! -f "$DATA/pretrained/cnn_tiny_grid.pth" ]; then
   "$PY" -m src.preprocessing.pretrain_demo_cnn --data_dir "$DATA"
 fi
 
-EXTRA=(--log_interval 10)
+read -r -a USER_ARGS <<< "${QUICKSTART_ARGS:-}"
+EXTRA=(--log_interval 10 "${USER_ARGS[@]}")
 if [ "$FAST" = 1 ]; then
   EXTRA+=(--num_train_epochs 1 --data_ratio 0.05)
   echo "QUICKSTART_FAST=1: reduced training (${EXTRA[*]})"
@@ -61,7 +63,8 @@ done
 
 infer() {  # infer WALL_NAME SCRIPT RUN TXT_DB: evaluate the last checkpoint of $OUT/RUN on TXT_DB
   timed "$1" "${HVD[@]}" "$PY" "src/tasks/$2" --do_inference 1 --output_dir "$OUT/$3" \
-    --inference_model_step -1 --inference_txt_db "$DATA/txt/$4" --inference_img_db "$DATA/vis_db"
+    --inference_model_step -1 --inference_txt_db "$DATA/txt/$4" --inference_img_db "$DATA/vis_db" \
+    "${USER_ARGS[@]}"
 }
 train() {  # train WALL_NAME SCRIPT CONFIG_PATH: train one config into $OUT/<config stem>
   timed "$1" "${HVD[@]}" "$PY" "src/tasks/$2" --config "$3" --output_dir "$OUT/$(basename "$3" .json)" \

@@ -64,8 +64,10 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
   "$VPY" -c "import torch" || die "$TORCH_SPEC installed but 'import torch' fails (above)"
 fi
 log "installing requirements.txt"
-# Constrain torch to what is installed so no dependency can pull another (multi-GB) build.
-tv="$("$VPY" -c 'import torch; print(torch.__version__)')"
+# Constrain torch to what is installed so no dependency can pull another (multi-GB) build. The version
+# of the installed distribution, not torch.__version__: PyPI's CUDA wheel is "2.13.0" but reports
+# "2.13.0+cu130", a constraint no candidate meets (pip: ResolutionImpossible for anything needing torch)
+tv="$("$VPY" -c 'import importlib.metadata as m; print(m.version("torch"))')"
 cons="$(mktemp)"; echo "torch==$tv" > "$cons"
 pip_install -r "$REPO/requirements.txt" -c "$cons" || die "pip could not install requirements.txt (pip's error above)"
 "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX, ujson, tqdm" \

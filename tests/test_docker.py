@@ -82,9 +82,54 @@ def test_image_facts_of_the_cpu_build_on_the_local_debian_base():
 
 
 def _fake_resolve(torch_deps):
-    def resolve(reqs, python, platforms, no_deps=False):
+    def resolve(reqs, python, platforms, no_deps=False, host_wheels=True):
         return {"install": [{"metadata": {"name": "torch", "requires_dist": torch_deps}}]}
     return resolve
+
+
+# the build args of docker/build_local.sh --cuda: the GPU image on the stand-in CUDA base
+CUDA_ARGS = {"CUDA_IMAGE": "local/cuda:13.0.3-devel-debian12", "PYTHON_VERSION": "3.11",
+             "HOROVOD_BUILD": "cuda", "TORCH_SPEC": "torch==2.13.0"}
+
+
+def test_the_standin_cuda_base_is_the_toolkit_torch_requires():
+    f = stack.image_facts(DOCKERFILE.read_text(), CUDA_ARGS)
+    assert (f["cuda_major"], f["cuda_version"], f["python"], f["standin"]) == (13, "13.0.3", "3.11", True)
+    assert "manylinux_2_36_x86_64" in f["platforms"] and "manylinux_2_37_x86_64" not in f["platforms"]
+    try:
+        assert stack.check(DOCKERFILE.read_text(), build_args=CUDA_ARGS) == []
+        want = stack.expected_versions(DOCKERFILE.read_text(), CUDA_ARGS)
+    except stack.NetworkUnavailable as e:
+        pytest.skip(f"cannot resolve wheels here and nothing cached: {e}")
+    # PyPI's torch 2.13.0 for Python 3.11, not this host's local torch 2.13.0+cpu wheel (a CPU build)
+    assert want == {"torch": "2.13.0", "cuda": "13.0", "nccl": "2.29.7", "nvcc": "13.0.88"}, want
+    for script in ("docker/make_cuda_base.sh", "docker/build_local.sh"):  # the stand-in they make and use
+        assert CUDA_ARGS["CUDA_IMAGE"] in (REPO / script).read_text(), script
+
+
+def test_a_standin_toolkit_pin_off_torchs_cuda_toolkit_is_named(monkeypatch, tmp_path):
+    pins = (REPO / "docker/cuda_base/toolkit.txt").read_text().replace("nvidia-cuda-nvcc==13.0.88",
+                                                                      "nvidia-cuda-nvcc==13.0.48")
+    (tmp_path / "toolkit.txt").write_text(pins)
+    monkeypatch.setattr(stack, "TOOLKIT", tmp_path / "toolkit.txt")
+    args = {**CUDA_ARGS, "CUDA_IMAGE": "local/cuda:13.0.1-devel-debian12"}
+    try:
+        problems = stack.check(DOCKERFILE.read_text(), build_args=args)
+    except stack.NetworkUnavailable as e:
+        pytest.skip(f"cannot resolve wheels here and nothing cached: {e}")
+    assert problems == [
+        "local/cuda:13.0.1-devel-debian12 is CUDA 13.0.1 but torch==2.13.0 requires cuda-toolkit==13.0.3: "
+        "CUDA_BASE_IMAGE=local/cuda:13.0.3-devel-debian12 (make_cuda_base.sh)",
+        "docker/cuda_base/toolkit.txt pins nvidia-cuda-nvcc==13.0.48 but cuda-toolkit==13.0.3 (torch's) has "
+        "13.0.88"], problems
+
+
+def test_exact_pins_read_cuda_toolkits_extras_and_wildcards():
+    assert stack.exact_pins(['cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"',
+                             "nvidia-cuda-nvcc==13.0.88.*; extra == 'nvcc'",
+                             "nvidia-cuda-nvcc==9.9; extra == 'x'", "nvidia-nvjitlink<14,>=13.0.88",
+                             "filelock"]) == {
+        "cuda-toolkit": "13.0.3", "nvidia-cuda-nvcc": "13.0.88"}
 
 
 @pytest.mark.parametrize("args, deps, expected", [
@@ -190,6 +235,32 @@ def test_stage_build_extras_passes_what_a_container_can_use(tmp_path):
     assert env["PIP_FIND_LINKS"] == f"{out}/wheels" and env["GIT_SSL_CAINFO"] == f"{out}/ca.crt"
 
 
+def test_stage_build_extras_for_the_cuda_image_passes_only_the_wheel_cache(tmp_path):
+    spec = importlib.util.spec_from_file_location("stage_build_extras", REPO / "docker/stage_build_extras.py")
+    sbe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sbe)
+    host, cache, out = tmp_path / "host_wheels", tmp_path / "cache", tmp_path / "extras"
+    cuda_torch = "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    for d, names in ((host, ["torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"]),
+                     (cache, [cuda_torch, "horovod-0.28.1.tar.gz"])):
+        d.mkdir()
+        for name in names:
+            (d / name).write_bytes(b"w")
+    report = sbe.stage({"index-url": "https://pypi.org/simple", "find-links": str(host)}, [str(cache)], out,
+                       host_wheels=False, index=False)
+    conf = (out / "pip.conf").read_text()
+    assert "no-index = true" in conf and "index-url" not in conf, conf
+    assert sorted(p.name for p in (out / "wheels").iterdir()) == [  # Horovod's sdist (no index to fetch it)
+        "horovod-0.28.1.tar.gz", cuda_torch]  # PyPI's CUDA torch, not the host's CPU one
+    assert f"find-links {host}: left out (--no-host-wheels)" in report
+    build = (REPO / "docker/build_local.sh").read_text()
+    assert "stage_build_extras.py --no-host-wheels --no-index --wheels" in build
+    # the Horovod dependencies build_local.sh caches are the ones install_horovod.sh installs
+    hvd = (REPO / "run_scripts/install_horovod.sh").read_text()
+    deps = re.search(r"HOROVOD_DEPS=\(([^)]*)\)", build).group(1).split()
+    assert deps == re.findall(r'\("([\w-]+)", "[\w]+"\)', hvd.split("runtime_deps() {")[1].split("PY\n")[0])
+
+
 def test_dockerignore_leaves_out_the_host_env_data_and_history():
     lines = {ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()}
     for entry in (".git", ".venv", "data", "output", "**/__pycache__", "*.egg-info"):
@@ -240,6 +311,21 @@ def test_setup_env_stops_on_a_pip_failure(tmp_path):
     assert "pip could not install requirements.txt" in p.stderr
 
 
+def test_setup_env_constrains_torch_to_the_installed_distribution_version(tmp_path):
+    # PyPI's CUDA torch: the distribution is 2.13.0, torch.__version__ says 2.13.0+cu130; a constraint
+    # torch==2.13.0+cu130 matched nothing and the CUDA image's requirements did not resolve
+    seen = tmp_path / "constraints-seen"
+    venv = _fake_venv(tmp_path, f'case "$*" in *"-m pip"*) prev=; for a in "$@"; do '
+                                f'[ "$prev" = -c ] && cp "$a" {seen}; prev=$a; done; exit 0;; esac\n'
+                                'case "$2" in *\'m.version("torch")\'*) echo 2.13.0;; '
+                                '*"torch.__version__"*) echo 2.13.0+cu130;; esac\nexit 0\n')
+    env = {k: v for k, v in os.environ.items() if k != "CLIPBERT_ENV_FROZEN"}
+    p = subprocess.run([str(REPO / "run_scripts/setup_env.sh")], capture_output=True, text=True, timeout=60,
+                       env=dict(env, VENV_DIR=str(venv), SKIP_HOROVOD="1", SKIP_PROJECT_INSTALL="1"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert seen.read_text().strip() == "torch==2.13.0"
+
+
 def test_setup_env_in_a_frozen_image_verifies_and_never_installs(tmp_path):
     venv = _fake_venv(tmp_path, f'case "$*" in *"-m pip"*) touch {tmp_path}/pip-ran;; esac\nexit 0\n')
     p = subprocess.run([str(REPO / "run_scripts/setup_env.sh")], capture_output=True, text=True, timeout=60,
@@ -248,13 +334,15 @@ def test_setup_env_in_a_frozen_image_verifies_and_never_installs(tmp_path):
     assert not (tmp_path / "pip-ran").exists()
 
 
-def _launch(tmp_path, limits="", path_prefix=None, **env):
-    """launch_container.sh with a fake docker that prints its arguments; ``limits``: ulimit commands first."""
+def _launch(tmp_path, limits="", path_prefix=None, rc=0, **env):
+    """launch_container.sh with a fake docker that prints its arguments (``docker info``: the runtimes in
+    FAKE_RUNTIMES, default runc); ``limits``: ulimit commands first; ``rc``: the exit status expected."""
     dirs = [tmp_path / d for d in ("txt", "img", "out", "pre")]
     for d in dirs[:2] + dirs[3:]:
         d.mkdir(exist_ok=True)
     fake = tmp_path / "docker"
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    fake.write_text('#!/bin/sh\n[ "$1" = info ] && { echo "${FAKE_RUNTIMES:-runc} "; exit 0; }\n'
+                    'for a in "$@"; do echo "$a"; done\n')
     fake.chmod(0o755)
     unset = ("GPUS", "CUDA_VISIBLE_DEVICES", "DOCKER_RUN_ARGS")
     base = {k: v for k, v in os.environ.items() if k not in unset}
@@ -265,7 +353,7 @@ def _launch(tmp_path, limits="", path_prefix=None, **env):
                        capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if p.returncode == 99:
         pytest.skip(f"cannot set the hard limits here ({limits})")
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == rc, p.stderr
     return p.stdout.splitlines(), p.stderr
 
 
@@ -298,8 +386,22 @@ def test_launch_container_gpus_only_where_the_nvidia_toolkit_is(tmp_path):
     assert args[args.index("--gpus") + 1] == '"device=1,3"'
     assert "--gpus" not in _launch(tmp_path, path_prefix=toolkit, CUDA_VISIBLE_DEVICES="")[0]  # none, not all
     assert "--gpus" not in _launch(tmp_path, path_prefix=toolkit, GPUS="none")[0]
-    args, _ = _launch(tmp_path, GPUS="0")
+    args, _ = _launch(tmp_path, path_prefix=toolkit, GPUS="0")
     assert args[args.index("--gpus") + 1] == '"device=0"'
+
+
+@pytest.mark.parametrize("gpus", ["all", "0,1"])
+def test_launch_container_gpus_without_the_nvidia_runtime_is_one_line(tmp_path, gpus):
+    for d in os.environ["PATH"].split(":"):
+        if Path(d, "nvidia-container-cli").exists() or Path(d, "nvidia-ctk").exists():
+            pytest.skip(f"this host has the NVIDIA container toolkit ({d})")
+    args, err = _launch(tmp_path, rc=2, GPUS=gpus)
+    assert args == []  # docker run never started (it would fail with rc 125 and a daemon message)
+    assert err.count("\n") == 1 and err.startswith(f"[launch_container] ERROR: GPUS={gpus} but this host "
+                                                    "has no NVIDIA container runtime"), err
+    assert "GPUS=none" in err
+    args, _ = _launch(tmp_path, GPUS=gpus, FAKE_RUNTIMES="nvidia runc")  # a daemon with the nvidia runtime
+    assert "--gpus" in args
 
 
 def test_launch_container_ulimits_only_where_the_host_allows_them(tmp_path):

@@ -6,6 +6,7 @@ failed part's file records the error. The Horovod part installs the Gloo wheel i
 (setup_env.sh builds it) instead of compiling; a GPU node compiles with NCCL.
 """
 import json
+import math
 import os
 import subprocess
 
@@ -65,6 +66,12 @@ def _check_first_run(out, p):
     assert tests["counts"]["skipped"] == len(tests["tests"]) >= 2
     loader = _part(out, "6_loader.json")
     assert loader["clips"] > 0 and loader["batch_shape"][1:] == [2, 3, 64, 64]
+    assert loader["exact_resize_bit_equal"] is True
+    assert {m: (v["worker_batch_dtype"], v["batch_dtype"]) for m, v in loader["per_worker"].items()} == {
+        "exact": ("torch.float32", "torch.float32"), "uint8": ("torch.uint8", "torch.float32")}
+    o2_cps = o2["modes"]["amp_O2"]["clips_per_s"]
+    for mode, cps in loader["per_worker_clips_per_s"].items():
+        assert cps > 0 and loader["workers_needed"][mode] == math.ceil(o2_cps / cps)
     assert loader["amp_O2_clips_per_s"] == o2["modes"]["amp_O2"]["clips_per_s"]
     hv = _part(out, "7_horovod.json")
     assert hv["torchrun"]["ok"] and hv["torchrun"]["backend"] == "gloo"

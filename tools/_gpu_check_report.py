@@ -73,7 +73,12 @@ def _loader(r):
     bound = "decode-bound" if r.get("decode_bound") else "GPU-bound"
     cmp = "" if o2 is None else f" vs amp O2 {o2:.1f} clips/s: {bound}"
     build = ", Horovod build compiling meanwhile" if r.get("horovod_build_running") else ""
-    return f"{r['clips_per_s']:.1f} clips/s ({r['workers']} workers{build}){cmp}"
+    need = r.get("workers_needed") or {}
+    per = [f"{m}: {c:.1f} clips/s per worker" + (f", {need[m]} workers for amp O2" if need.get(m) else "")
+           for m, c in (r.get("per_worker_clips_per_s") or {}).items() if c]
+    if r.get("exact_resize_bit_equal") is False:
+        per.append("img_resize exact NOT bit-equal to ClipBERT's resize on this CPU")
+    return "; ".join([f"{r['clips_per_s']:.1f} clips/s ({r['workers']} workers{build}){cmp}", *per])
 
 
 def _horovod(r):

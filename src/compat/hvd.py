@@ -1,12 +1,15 @@
 """The `horovod.torch` API, over real Horovod or over `torch.distributed`.
 
 ClipBERT-style scripts say `import horovod.torch as hvd`; ours say `import src.compat.hvd as hvd` and
-keep every call. Two backends sit under the same names:
+keep every call: the whole ``horovod.torch`` 0.28.1 API (collectives with their async, in-place and
+grouped forms, handles, process sets, join, SyncBatchNorm, timelines, DistributedOptimizer ...). Two
+backends sit under the same names:
 
 * ``horovod`` — the real Horovod (built by run_scripts/install_horovod.sh), launched with
   ``horovodrun -np N ...``. Calls are forwarded to ``horovod.torch``.
 * ``torch``  — the same semantics over ``torch.distributed`` (gloo on CPU, nccl on GPU), launched with
-  ``torchrun --nproc_per_node N ...``, for machines where Horovod cannot be built.
+  ``torchrun --nproc_per_node N ...``, for machines where Horovod cannot be built: ops are matched across
+  ranks by name and checked (shape, dtype, root, op) as Horovod's coordinator does, see ``_hvd_torch``.
 
 A single process started without any launcher works with either backend: size 1, no communication.
 
@@ -14,64 +17,103 @@ Selection (logged at ``init()``): ``set_backend(name)`` (the engine passes the `
 key) or the env var ``DIST_BACKEND`` = ``auto|horovod|torch``. ``auto`` picks ``horovod`` under
 ``horovodrun``, ``torch`` under ``torchrun``, and otherwise ``horovod`` when it is importable.
 
-Deliberate differences from Horovod 0.28.1 (both backends):
+Deliberate differences from Horovod 0.28.1 (both backends; details and the torch backend's own in
+docs/horovod.md):
 
-* ``broadcast_optimizer_state`` broadcasts the root's ``state_dict()`` and loads it. Horovod instead
-  ran one zero-gradient optimizer step when the state was empty, which applied weight decay once and
-  advanced Adam's step counter before training started.
-* torch backend: gradients are reduced in fixed-order buckets. A bucket's async allreduce starts from
-  the gradient hooks as soon as all its parameters have had ``backward_passes_per_step`` backward
-  passes and every earlier bucket has started, so every rank issues collectives in the same order
-  even when ranks leave different parameters unused (those get zero gradients at ``synchronize()``).
+* ``broadcast_optimizer_state`` broadcasts the root's ``state_dict()`` and takes no zero-gradient step
+  (``_hvd_functions``); trainable parameters without a gradient get a zero one, as after Horovod's step.
+* ``SyncBatchNorm`` also runs on CPU tensors (Horovod's needs CUDA; under horovodrun CUDA input still
+  runs Horovod's kernels).
+* ``DistributedOptimizer(row_sparse=[...])``: those tables' gradients are averaged over the rows some
+  rank touched, in ``synchronize()`` (exact; ``src.compat._row_sparse``); ``reduce_to`` (torch backend).
+* ``allgather_object`` / ``broadcast_object`` default to one fixed name per call kind instead of the
+  object's type name (ranks passing objects of different types would otherwise wait for each other).
 * horovod backend, CPU jobs: ``init()`` sets ``HOROVOD_CYCLE_TIME=20`` (ms) unless the user set it
   (Horovod's 1 ms cycle cost CPU ranks a fifth of their speed; see ``_hvd_horovod``).
-* ``DistributedOptimizer(row_sparse=[...])`` (both backends): those tables' gradients are averaged
-  over the rows some rank touched, in ``synchronize()`` (exact; ``src.compat._row_sparse``).
-* torch backend: ``join()`` is a barrier that returns the last rank to arrive; it does not feed
-  zeros into collectives of ranks that are still training (Horovod's uneven-input mode).
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Mapping
-from typing import Any, Union
-
-import torch
+from typing import Any
 
 from src.compat._compression import Compression, Compressor
+from src.compat._hvd_api import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allgather,
+    allgather_async,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    alltoall,
+    alltoall_async,
+    barrier,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    join,
+    poll,
+    reducescatter,
+    reducescatter_async,
+    sparse_allreduce_async,
+    synchronize,
+)
+from src.compat._hvd_errors import HorovodInternalError, HostsUpdatedInterrupt
+from src.compat._hvd_functions import (
+    DistributedOptimizer,
+    Params,
+    allgather_object,
+    broadcast_object,
+    broadcast_optimizer_state,
+    broadcast_parameters,
+)
+from src.compat._hvd_process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from src.compat._hvd_state import BACKENDS, STATE, NotInitializedError, backend_name, impl
+from src.compat._hvd_sync_bn import SyncBatchNorm
+
+__all__ = [
+    "BACKENDS", "Adasum", "Average", "Compression", "Compressor", "DistributedOptimizer",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "Max", "Min", "NotInitializedError", "Params",
+    "Product", "ProcessSet", "Sum", "SyncBatchNorm", "add_process_set", "allgather", "allgather_async",
+    "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
+    "alltoall_async", "backend_name", "barrier", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "busy",
+    "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
+    "global_process_set", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter",
+    "grouped_reducescatter_async", "init", "is_homogeneous", "is_initialized", "join", "local_rank",
+    "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "poll", "rank",
+    "reducescatter", "reducescatter_async", "remove_process_set", "rocm_built", "set_backend", "shutdown",
+    "size", "sparse_allreduce_async", "start_timeline", "stop_timeline", "synchronize",
+]
 
 logger = logging.getLogger(__name__)
-
-BACKENDS = ("auto", "horovod", "torch")
-
-# Reduction ops (values are ours; mapped to each backend's constants when used).
-Average = "average"
-Sum = "sum"
-Adasum = "adasum"
-Min = "min"
-Max = "max"
-Product = "product"
-
-# What broadcast_parameters accepts: a state_dict, named_parameters(), or a plain list of tensors.
-Params = Union[Mapping[str, torch.Tensor], Iterable[tuple[str, torch.Tensor]], Iterable[torch.Tensor]]
-
-_state = {"requested": None, "name": None, "impl": None}
-
-
-class NotInitializedError(ValueError):
-    """A collective or query was called before ``hvd.init()``."""
 
 
 def set_backend(name: str) -> None:
     """Choose the backend before ``init()``: 'auto', 'horovod' or 'torch'."""
     if name not in BACKENDS:
         raise ValueError(f"dist_backend={name!r} is not one of {'|'.join(BACKENDS)}")
-    if _state["impl"] is not None and name not in ("auto", _state["name"]):
-        raise RuntimeError(f"hvd already initialized with backend {_state['name']!r}; "
+    if STATE["impl"] is not None and name not in ("auto", STATE["name"]):
+        raise RuntimeError(f"hvd already initialized with backend {STATE['name']!r}; "
                            f"set dist_backend={name!r} before hvd.init()")
-    _state["requested"] = name
+    STATE["requested"] = name
 
 
 def _horovod_importable() -> bool:
@@ -83,7 +125,7 @@ def _horovod_importable() -> bool:
 
 
 def _resolve_backend() -> str:
-    name = _state["requested"] or os.environ.get("DIST_BACKEND", "auto") or "auto"
+    name = STATE["requested"] or os.environ.get("DIST_BACKEND", "auto") or "auto"
     if name not in BACKENDS:
         raise ValueError(f"DIST_BACKEND={name!r} is not one of {'|'.join(BACKENDS)}")
     under_horovodrun = "HOROVOD_RANK" in os.environ
@@ -109,213 +151,138 @@ def _resolve_backend() -> str:
     return name
 
 
-def init(*args: Any, **kwargs: Any) -> None:
-    """Initialise the chosen backend (idempotent)."""
-    if _state["impl"] is not None:
+def _backend_module(name: str) -> Any:
+    if name == "horovod":
+        from src.compat import _hvd_horovod as backend
+    else:
+        from src.compat import _hvd_torch as backend
+    return backend
+
+
+def _built() -> Any:
+    """The backend that answers the build queries (``ccl_built()`` ...): Horovod answers them before
+    ``init()``, so they do not need it here either."""
+    return STATE["impl"] if STATE["impl"] is not None else _backend_module(_resolve_backend())
+
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Initialise the chosen backend (idempotent). ``process_sets``: ProcessSets to register at once."""
+    if STATE["impl"] is not None:
         return
     name = _resolve_backend()
-    if name == "horovod":
-        from src.compat import _hvd_horovod as impl
-    else:
-        from src.compat import _hvd_torch as impl
-    impl.init(*args, **kwargs)
-    _state["name"], _state["impl"] = name, impl
-    logger.info("distributed backend: %s (rank %d/%d, local rank %d/%d)", name, impl.rank(),
-                impl.size(), impl.local_rank(), impl.local_size())
-
-
-def _impl() -> Any:
-    if _state["impl"] is None:
-        raise NotInitializedError("hvd has not been initialized; call hvd.init() first")
-    return _state["impl"]
+    backend = _backend_module(name)
+    backend.init(comm=comm, process_sets=process_sets)
+    STATE["name"], STATE["impl"] = name, backend
+    logger.info("distributed backend: %s (rank %d/%d, local rank %d/%d)", name, backend.rank(),
+                backend.size(), backend.local_rank(), backend.local_size())
 
 
 def is_initialized() -> bool:
     """Whether ``init()`` has run (and ``shutdown()`` has not)."""
-    return _state["impl"] is not None
-
-
-def backend_name() -> str | None:
-    """'horovod' or 'torch' once initialised; None before."""
-    return _state["name"]
+    return STATE["impl"] is not None
 
 
 def shutdown() -> None:
     """Shut the backend down; ``init()`` may be called again afterwards."""
-    if _state["impl"] is not None:
-        _state["impl"].shutdown()
-    _state["impl"] = _state["name"] = None
+    if STATE["impl"] is not None:
+        STATE["impl"].shutdown()
+    STATE["impl"] = STATE["name"] = None
 
 
 def rank() -> int:
-    return _impl().rank()
+    return impl().rank()
 
 
 def size() -> int:
-    return _impl().size()
+    return impl().size()
 
 
 def local_rank() -> int:
-    return _impl().local_rank()
+    return impl().local_rank()
 
 
 def local_size() -> int:
-    return _impl().local_size()
+    return impl().local_size()
 
 
 def cross_rank() -> int:
-    return rank() // max(local_size(), 1)
+    return impl().cross_rank()
+
+
+def cross_size() -> int:
+    return impl().cross_size()
+
+
+def is_homogeneous() -> bool:
+    return impl().is_homogeneous()
+
+
+def mpi_threads_supported() -> bool:
+    return impl().mpi_threads_supported()
+
+
+def mpi_enabled() -> bool:
+    return impl().mpi_enabled()
+
+
+def mpi_built() -> bool:
+    return _built().mpi_built()
+
+
+def gloo_enabled() -> bool:
+    return impl().gloo_enabled()
 
 
 def gloo_built() -> bool:
-    return _impl().gloo_built()
+    return _built().gloo_built()
 
 
-def nccl_built() -> bool:
-    return _impl().nccl_built()
+def nccl_built() -> int:
+    """The NCCL version as an int (2.29.7 -> 22907), 0 without NCCL (Horovod's convention)."""
+    return _built().nccl_built()
 
 
-def barrier() -> None:
-    _impl().barrier()
+def ddl_built() -> bool:
+    return _built().ddl_built()
+
+
+def ccl_built() -> bool:
+    return _built().ccl_built()
+
+
+def cuda_built() -> bool:
+    return _built().cuda_built()
+
+
+def rocm_built() -> bool:
+    return _built().rocm_built()
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Record the collectives into a Chrome-trace file (torch backend: see docs/horovod.md)."""
+    impl().start_timeline(file_path, mark_cycles=mark_cycles)
+
+
+def stop_timeline() -> None:
+    impl().stop_timeline()
 
 
 def busy() -> contextlib.AbstractContextManager:
     """Not Horovod API: wrap a long operation of this rank alone (a checkpoint save) so the torch
     backend's peer watchdog allows it ``DIST_BUSY_GRACE_S`` of silence; a no-op elsewhere."""
-    impl = _state["impl"]
-    return impl.busy() if impl is not None and hasattr(impl, "busy") else contextlib.nullcontext()
+    backend = STATE["impl"]
+    return backend.busy() if backend is not None and hasattr(backend, "busy") else contextlib.nullcontext()
 
 
-def join(device: int = -1) -> int:
-    """Wait for every rank; returns the rank that arrived last."""
-    return _impl().join(device)
-
-
-def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-              compression: Compressor = Compression.none, op: str | None = None,
-              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
-    """Reduce ``tensor`` over all ranks and return the result (input untouched)."""
-    op = _legacy_op(average, op)
-    compressed, ctx = compression.compress(tensor)
-    out = _impl().allreduce(compressed, op=op, name=name, prescale_factor=prescale_factor,
-                            postscale_factor=postscale_factor)
-    return compression.decompress(out, ctx)
-
-
-def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
-               op: str | None = None, prescale_factor: float = 1.0,
-               postscale_factor: float = 1.0) -> torch.Tensor:
-    """In-place allreduce."""
-    out = allreduce(tensor, average=average, name=name, op=op, prescale_factor=prescale_factor,
-                    postscale_factor=postscale_factor)
-    tensor.data.copy_(out)
-    return tensor
-
-
-def allgather(tensor: torch.Tensor, name: str | None = None) -> torch.Tensor:
-    """Concatenate every rank's tensor along dim 0 (first dims may differ)."""
-    return _impl().allgather(tensor, name=name)
-
-
-def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
-    """The root rank's ``tensor`` on every rank (input untouched)."""
-    return _impl().broadcast(tensor, root_rank, name=name)
-
-
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
-    """In-place broadcast from ``root_rank``."""
-    return _impl().broadcast_(tensor, root_rank, name=name)
-
-
-def allgather_object(obj: Any, name: str | None = None) -> list[Any]:
-    """List of every rank's (picklable) object, in rank order. No size limit."""
-    if size() == 1:
-        return [obj]
-    return _impl().allgather_object(obj, name=name)
-
-
-def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
-    """Return the root rank's object on every rank."""
-    if size() == 1:
-        return obj
-    return _impl().broadcast_object(obj, root_rank, name=name)
-
-
-def broadcast_parameters(params: Params, root_rank: int) -> None:
-    """Broadcast a state_dict / named-parameter list in place from ``root_rank``.
-
-    Dicts are processed in sorted key order (as Horovod), so every rank issues the same sequence.
-    """
-    if isinstance(params, dict):
-        items = sorted(params.items())
-    elif isinstance(params, list) or hasattr(params, "__iter__"):
-        items = list(params)
-        items = [(i, p) if not isinstance(p, tuple) else p for i, p in enumerate(items)]
-    else:
-        raise ValueError("broadcast_parameters: expected a dict or list of (name, tensor), got "
-                         f"{type(params)}")
-    if size() == 1:
-        return
-    for name, p in items:
-        if p is None:
-            continue
-        t = p.data if isinstance(p, torch.nn.Parameter) else p
-        broadcast_(t, root_rank, name=f"bp.{name}")
-
-
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
-    """Make every rank's optimizer state (and hyper-parameters) equal to the root's.
-
-    Unlike Horovod it takes no optimizer step: see the module docstring.
-    """
-    if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    if size() == 1:
-        return
-    state = broadcast_object(_cpu_state_dict(optimizer) if rank() == root_rank else None, root_rank,
-                             name="bos")
-    optimizer.load_state_dict(state)  # casts state tensors to each param's device/dtype
-
-
-def DistributedOptimizer(optimizer: torch.optim.Optimizer,
-                         named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
-                         compression: Compressor = Compression.none, backward_passes_per_step: int = 1,
-                         op: str = Average, gradient_predivide_factor: float = 1.0,
-                         row_sparse: Iterable[torch.Tensor] = (),
-                         reduce_to: Mapping[torch.Tensor, int] | None = None,
-                         **kwargs: Any) -> torch.optim.Optimizer:
-    """Wrap ``optimizer`` so gradients are averaged over ranks (see the module docstring).
-
-    ``row_sparse`` (ours, not Horovod's): parameters, typically embedding tables, whose gradients are
-    averaged in ``synchronize()`` over only the rows some rank touched (exact; src.compat._row_sparse).
-    ``reduce_to`` (ours; torch backend only): parameter -> rank; each such gradient is averaged onto
-    that rank alone (``dist.reduce``) and set to None on the others after ``synchronize()`` (ZeRO
-    stage 2, ``src.training.zero``). Real Horovod has no reduce-to-one-rank in its optimizer hooks.
-    """
-    if reduce_to is not None:
-        if backend_name() != "torch":
-            raise ValueError("DistributedOptimizer(reduce_to=...) needs the torch.distributed backend: "
-                             "launch with torchrun and dist_backend=torch")
-        kwargs["reduce_to"] = reduce_to
-    if backward_passes_per_step <= 0:
-        raise ValueError(f"backward_passes_per_step must be > 0, got {backward_passes_per_step}")
-    return _impl().DistributedOptimizer(
-        optimizer, named_parameters=named_parameters, compression=compression,
-        backward_passes_per_step=backward_passes_per_step, op=op,
-        gradient_predivide_factor=gradient_predivide_factor, row_sparse=tuple(row_sparse), **kwargs)
-
-
-# ---------------------------------------------------------------------------------------------
-def _legacy_op(average: bool | None, op: str | None) -> str:
-    if average is not None and op is not None:
-        raise ValueError("allreduce: pass either average= (deprecated) or op=, not both")
-    if op is None:
-        op = Average if average is None or average else Sum
-    return op
-
-
-def _cpu_state_dict(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    sd = optimizer.state_dict()
-    sd["state"] = {k: {n: (v.detach().cpu() if torch.is_tensor(v) else v) for n, v in s.items()}
-                   for k, s in sd["state"].items()}
-    return sd
+def __getattr__(name: str) -> Any:
+    """``hvd.elastic``: Horovod's own elastic module (``hvd.elastic.run``, ``TorchState``), loaded when
+    first used; it drives Horovod itself, so it belongs to ``horovodrun`` jobs."""
+    if name == "elastic":
+        try:
+            import horovod.torch.elastic as elastic
+        except ImportError as e:
+            raise AttributeError("hvd.elastic is Horovod's elastic training (horovodrun --min-np/--max-np) "
+                                 "and needs Horovod installed; under torchrun use --max-restarts "
+                                 "(docs/scaling_out.md)") from e
+        return elastic
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

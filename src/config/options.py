@@ -113,6 +113,10 @@ SHARED_OPTIONS = [
     O("max_frame_pixels", int, 7680 * 4320, "a video or image whose frames have more pixels (width x "
       "height, read from the header before decoding) is bad ('too_large'); default 8K UHD; 0: no limit",
       min=0, group="product"),
+    O("img_resize", str, "exact", "exact: ClipBERT's float resize/pad, bit for bit, float32 batches; uint8: "
+      "torch's uint8 resize (pixels within one level of exact), uint8 batches (4x fewer bytes from the "
+      "workers), made float and normalised on the device (docs/benchmarks_loader.md)",
+      choices=("exact", "uint8"), group="product"),
     O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
     O("early_stop_patience", int, -1, "stop after this many validations without improvement; -1 off",
       group="product"),

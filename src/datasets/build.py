@@ -2,7 +2,7 @@
 
 Keys read: train_datasets / val_datasets ([{name, txt, img}], element 0; `txt` may be a dict keyed
 by task), inference_txt_db / inference_img_db (split "inference"), tokenizer_dir, max_txt_len,
-max_img_size, fps, num_frm, frm_sampling_strategy, train_n_clips, inference_n_clips,
+max_img_size, img_resize, fps, num_frm, frm_sampling_strategy, train_n_clips, inference_n_clips,
 random_sample_clips, max_n_example_per_group, itm_neg_size, ans2label_path, task,
 skip_bad_videos, data_ratio, seed, eval_retrieval_batch_size / inference_batch_size,
 min_video_frames, max_frame_pixels. Defaults are the config schema's (a plain dict is completed by
@@ -126,7 +126,7 @@ def _apply_data_ratio(rows, cfg, split):
 
 def _common(cfg, name, is_train):
     return {"fps": cfg.fps, "num_frm": cfg.num_frm,
-            "max_img_size": cfg.max_img_size, "is_train": is_train,
+            "max_img_size": cfg.max_img_size, "img_resize": cfg.img_resize, "is_train": is_train,
             "skip_bad_videos": bool(cfg.skip_bad_videos),
             "min_video_frames": cfg.min_video_frames, "max_frame_pixels": cfg.max_frame_pixels, "name": name}
 

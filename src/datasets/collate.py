@@ -1,5 +1,10 @@
 """Tokenisation, visual stacking and the bad-video prelude shared by the task collators."""
+import math
+
 import torch
+from torch.utils.data import get_worker_info
+
+from src.datasets.image_ops import PaddedFrames
 
 
 def tokenize(tokenizer, texts, max_txt_len):
@@ -9,9 +14,30 @@ def tokenize(tokenizer, texts, max_txt_len):
     return enc["input_ids"].long(), enc["attention_mask"].long()
 
 
+def batch_buffer(shape, dtype):
+    """An empty tensor for a batch: in shared memory when called in a DataLoader worker (as torch's
+    default_collate does), so handing the batch to the main process copies nothing."""
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=dtype)
+    proto = torch.empty(0, dtype=dtype)
+    return proto.new(proto._typed_storage()._new_shared(math.prod(shape))).view(shape)
+
+
 def stack_visual(items):
-    """(B, T, 3, S, S) float from the items' "vid" tensors (all the same shape)."""
-    return torch.stack([d["vid"] for d in items])
+    """(B, T, 3, S, S) from the items' "vid": :class:`PaddedFrames` (the datasets') are resized and
+    padded straight into one batch tensor (float32, or uint8 with img_resize "uint8"); tensors (all
+    the same shape) are stacked."""
+    vids = [d["vid"] for d in items]
+    if not all(isinstance(v, PaddedFrames) for v in vids):
+        return torch.stack([v.tensor() if isinstance(v, PaddedFrames) else v for v in vids])
+    shapes, dtypes = {v.shape for v in vids}, {v.dtype for v in vids}
+    if len(shapes) != 1 or len(dtypes) != 1:
+        raise ValueError(f"the videos of a batch differ in shape/dtype: {sorted(map(tuple, shapes))} "
+                         f"{sorted(map(str, dtypes))}")
+    out = batch_buffer((len(vids), *vids[0].shape), vids[0].dtype)
+    for i, v in enumerate(vids):
+        v.write_into(out[i])
+    return out
 
 
 def split_bad(batch):

@@ -16,7 +16,7 @@ from src.datasets.decoder import (
     open_container,
     strategy_to_clip,
 )
-from src.datasets.image_ops import resize_and_pad
+from src.datasets.image_ops import IMG_RESIZE_MODES, PaddedFrames
 from src.datasets.lmdb_store import LMDBStore
 from src.utils.errors import UserError
 
@@ -132,6 +132,8 @@ class VideoDatasetBase(BadVideoLog, Dataset):
         num_frm: frames per clip (`num_frm`).
         frm_sampling_strategy: rand|uniform|start|middle|end (`frm_sampling_strategy`).
         max_img_size: longer side after resize; frames are zero-padded to max_img_size^2.
+        img_resize: "exact" (ClipBERT's float resize, bit for bit) or "uint8" (uint8 resize and
+            batches; normalised to float on the device), see src.datasets.image_ops.
         n_clips: clips per video, concatenated along T (T = n_clips * num_frm).
         clip_mode: "strategy" (each clip by the strategy, independently: ClipBERT's single clip and
             random multi-clip) or "uniform" (clip k of n_clips evenly spaced, with safeguard).
@@ -147,25 +149,35 @@ class VideoDatasetBase(BadVideoLog, Dataset):
 
     def __init__(self, datalist, img_lmdb_dir, fps=1, num_frm=3, frm_sampling_strategy="rand",
                  max_img_size=448, n_clips=1, clip_mode="strategy", is_train=False, skip_bad_videos=False,
-                 min_video_frames=2, max_retries=10, name="dataset", max_frame_pixels=MAX_FRAME_PIXELS):
+                 min_video_frames=2, max_retries=10, name="dataset", max_frame_pixels=MAX_FRAME_PIXELS,
+                 img_resize="exact"):
         if frm_sampling_strategy not in SAMPLING_STRATEGIES:
             raise ValueError(f"frm_sampling_strategy={frm_sampling_strategy!r} is not one of "
                              f"{SAMPLING_STRATEGIES}")
         if clip_mode not in ("strategy", "uniform"):
             raise ValueError(f"clip_mode={clip_mode!r} must be 'strategy' or 'uniform'")
+        if img_resize not in IMG_RESIZE_MODES:
+            raise ValueError(f"img_resize={img_resize!r} must be one of {IMG_RESIZE_MODES}")
         if int(n_clips) < 1 or int(num_frm) < 1 or float(fps) <= 0:
             raise ValueError(f"need n_clips >= 1, num_frm >= 1, fps > 0; got {n_clips}, {num_frm}, {fps}")
         self.datalist = datalist
         self.store = img_lmdb_dir if isinstance(img_lmdb_dir, LMDBStore) else LMDBStore(img_lmdb_dir)
         self.fps, self.num_frm, self.frm_sampling_strategy = fps, int(num_frm), frm_sampling_strategy
         self.max_img_size, self.n_clips, self.clip_mode = int(max_img_size), int(n_clips), clip_mode
+        self.img_resize = img_resize
         self.min_video_frames, self.max_retries = min_video_frames, max_retries
         self.max_frame_pixels = int(max_frame_pixels)
         self.init_bad_video_log(name, is_train, skip_bad_videos)
 
     # -- video ---------------------------------------------------------------------------------
+    def padded(self, frames):
+        """uint8 (T, 3, H, W) frames -> the PaddedFrames the collator writes into the batch as
+        (T, 3, S, S) in [0, 255] (float32, or uint8 with img_resize "uint8")."""
+        return PaddedFrames(frames, self.max_img_size, self.img_resize)
+
     def load_video(self, vid_id):
-        """float (n_clips*num_frm, 3, S, S) in [0, 255]; raises VideoDecodeError with a reason."""
+        """PaddedFrames of (n_clips*num_frm) frames (``.tensor()``: (T, 3, S, S) in [0, 255]); raises
+        VideoDecodeError with a reason."""
         try:
             data = self.store.get(vid_id)
         except KeyError as e:
@@ -176,7 +188,7 @@ class VideoDatasetBase(BadVideoLog, Dataset):
         h, w = frames.shape[-2:]
         if not (1 / 5 < h / w < 5):  # ClipBERT's aspect-ratio rule
             raise VideoDecodeError("aspect_ratio", f"frame size {h}x{w}: aspect ratio outside (1/5, 5)")
-        return resize_and_pad(frames, self.max_img_size)
+        return self.padded(frames)
 
     def try_load_video(self, vid_id):
         """(frames, None) or (None, reason_string); logs the failure with the key."""

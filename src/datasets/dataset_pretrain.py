@@ -25,7 +25,6 @@ from src.datasets.data_utils import flat_list_of_lists
 from src.datasets.dataset_base import VideoDatasetBase
 from src.datasets.dataset_vqa import decode_image
 from src.datasets.decoder import VideoDecodeError
-from src.datasets.image_ops import resize_and_pad
 
 KEY_FIELDS = ("image_id", "coco_id", "vg_id", "clip_name")
 MLM_PROB = 0.15
@@ -89,7 +88,7 @@ class PretrainDataset(VideoDatasetBase):
             data = self.store.get(vid_id)
         except KeyError as e:
             raise VideoDecodeError("missing_key", e.args[0]) from None
-        return resize_and_pad(decode_image(data, self.max_frame_pixels), self.max_img_size)
+        return self.padded(decode_image(data, self.max_frame_pixels))
 
     def _negative(self, img_id, rng):
         for _ in range(5):  # ClipBERT: 5 tries for a caption of another image

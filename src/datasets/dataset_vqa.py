@@ -20,7 +20,6 @@ from src.datasets.collate import CollatorBase, stack_visual, tokenize
 from src.datasets.data_utils import flat_list_of_lists
 from src.datasets.dataset_base import VideoDatasetBase
 from src.datasets.decoder import MAX_FRAME_PIXELS, VideoDecodeError
-from src.datasets.image_ops import resize_and_pad
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +151,7 @@ class VQADataset(VideoDatasetBase):
         h, w = img.shape[-2:]
         if not (1 / 5 < h / w < 5):
             raise VideoDecodeError("aspect_ratio", f"image size {h}x{w}: aspect ratio outside (1/5, 5)")
-        return resize_and_pad(img, self.max_img_size)
+        return self.padded(img)
 
     def _example(self, d):
         label = None

@@ -72,6 +72,27 @@ def _is_iso_bmff(buf):
     return isinstance(buf, (bytes, bytearray, memoryview)) and bytes(buf[4:8]) == b"ftyp"
 
 
+# Probe options for ISO BMFF H.264: FFmpeg's stream probe reads packets and decodes frames until it knows
+# the pixel format and the reordering delay (7 frames of a stream without B-frames: ~10 ms at 720p); the
+# mp4 header already gives the decoder what it needs (avcC, and the delay from the ctts box), and the
+# decoder learns the pixel format from the first frame it decodes. Frames: tested bit-identical.
+_LIGHT_PROBE = {"container_options": {"probesize": "32", "analyzeduration": "0"},
+                "stream_options": [{"skip_frame": "all"}] * 8}
+
+
+def _open_mp4(stream_io, limit):
+    """mp4/mov bytes with FFmpeg's mov demuxer (the one its format probe picks for them); H.264
+    streams without FFmpeg's stream probe (see _LIGHT_PROBE), anything else with it."""
+    container = av.open(stream_io, format="mp4", metadata_errors="ignore", options=limit, **_LIGHT_PROBE)
+    video = container.streams.video
+    cc = video[0].codec_context if video else None
+    if cc is not None and cc.name == "h264" and cc.width > 0 and cc.height > 0:
+        return container
+    container.close()
+    stream_io.seek(0)
+    return av.open(stream_io, format="mp4", metadata_errors="ignore", options=limit)
+
+
 def open_container(video_bytes, multi_thread_decode=False, max_frame_pixels=MAX_FRAME_PIXELS):
     """Open bytes (or a file-like object) with PyAV; raise VideoDecodeError('empty'|'open_failed'|
     'no_video_stream'|'too_large'). A frame size above `max_frame_pixels` (0: no limit) is refused from
@@ -90,7 +111,7 @@ def open_container(video_bytes, multi_thread_decode=False, max_frame_pixels=MAX_
     container = None
     if _is_iso_bmff(video_bytes if not hasattr(stream_io, "getbuffer") else stream_io.getbuffer()):
         try:  # the demuxer FFmpeg's probe picks for these files anyway; skipping the probe saves ~0.5 ms
-            container = av.open(stream_io, format="mp4", metadata_errors="ignore", options=limit)
+            container = _open_mp4(stream_io, limit)
         except Exception:
             stream_io.seek(0)
     try:

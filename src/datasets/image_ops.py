@@ -3,9 +3,18 @@
 Frames are float (T, 3, H, W) in [0, 255], RGB. ClipBERT resizes the longer side to
 `max_img_size` (also upscaling), zero-pads right/bottom to a square, and later subtracts
 `img_pixel_mean` (RGB order) / divides by `img_pixel_std` on the device.
+
+`ImageResize` / `ImagePad` are ClipBERT's classes (the reference). The datasets use
+:class:`PaddedFrames` (decoded uint8 frames, resized and padded straight into the batch by
+:func:`write_resized`): ``img_resize="exact"`` gives ClipBERT's float values bit for bit (the same
+torch kernel on a channels-last copy, one frame at a time, into the batch), ``"uint8"`` resizes with
+torch's uint8 kernel and keeps the batch uint8 until the device (4x fewer bytes; pixels differ from
+the exact ones by about one level at most, see docs/benchmarks_loader.md).
 """
 import torch
 import torch.nn.functional as F
+
+IMG_RESIZE_MODES = ("exact", "uint8")
 
 
 def get_resize_size(image, max_size):
@@ -93,7 +102,71 @@ class ImageNorm:
         return img.sub_(mean).div_(std)
 
 
-def resize_and_pad(frames, max_img_size):
-    """uint8/float (T, 3, H, W) -> float (T, 3, max, max): ClipBERT's per-video pipeline steps 3-5."""
-    x = ImageResize(max_img_size, "bilinear")(frames.to(torch.float32, memory_format=torch.contiguous_format))
-    return ImagePad(max_img_size, max_img_size)(x)
+def resize_and_pad(frames, max_img_size, img_resize="exact"):
+    """uint8/float (T, 3, H, W) -> (T, 3, max, max): ClipBERT's per-video pipeline steps 3-5
+    (float for "exact", bit-equal to ``ImagePad(ImageResize(frames.float()))``; uint8 for "uint8")."""
+    return PaddedFrames(frames, max_img_size, img_resize).tensor()
+
+
+def _check_mode(img_resize):
+    if img_resize not in IMG_RESIZE_MODES:
+        raise ValueError(f"img_resize={img_resize!r} must be one of {IMG_RESIZE_MODES}")
+
+
+def write_resized(out, frames, max_img_size, img_resize="exact"):
+    """Resize (T, 3, H, W) frames so the longer side is `max_img_size` and write them, zero-padded
+    right and bottom, into `out` (T, 3, max, max) (ClipBERT's steps 3-5; any strides on both sides).
+
+    "exact": float32, bit-equal to ``ImagePad(ImageResize(frames.float()))``: torch's bilinear kernel
+    gives the same values on a channels-last input (tests/test_image_ops.py checks it on this machine)
+    and runs twice as fast there; one frame at a time, so the temporaries stay small (a fresh 30 MB
+    tensor per video page-faults on every write). "uint8": torch's uint8 bilinear kernel (fixed-point
+    weights, rounded: at most about one level from the exact values), 3-4x faster again.
+    """
+    _check_mode(img_resize)
+    h, w = get_resize_size(frames, max_img_size)
+    same = tuple(frames.shape[-2:]) == (h, w)
+    out[..., h:, :].zero_()
+    out[..., :h, w:].zero_()
+    dst = out[..., :h, :w]
+    if img_resize == "uint8":
+        src = frames if frames.dtype == torch.uint8 else frames.round().clamp(0, 255).to(torch.uint8)
+        src = src.contiguous(memory_format=torch.channels_last)  # one kernel path whatever the strides
+        dst.copy_(src if same else F.interpolate(src, size=(h, w), mode="bilinear", align_corners=False))
+        return out
+    for t in range(frames.shape[0]):  # (1, 3, H, W) channels-last float: small, reused by malloc
+        x = frames[t:t + 1].to(torch.float32, memory_format=torch.channels_last)
+        dst[t].copy_(x[0] if same else F.interpolate(x, size=(h, w), mode="bilinear", align_corners=False)[0])
+    return out
+
+
+class PaddedFrames:
+    """Decoded frames (uint8 (T, 3, H, W), any strides) and the square they become: ClipBERT's resize
+    and pad, done when the batch is assembled (:func:`src.datasets.collate.stack_visual`).
+
+    Why deferred: resizing into a fresh tensor per video, stacking the batch and then moving it to
+    shared memory wrote every batch three times (a 448 px float video is 38 MB); the collator writes
+    each video once, straight into the batch, which it allocates in shared memory in a worker.
+    A dataset item carries this small object instead of the padded tensor until then.
+    """
+
+    def __init__(self, frames, size, img_resize="exact"):
+        _check_mode(img_resize)
+        if frames.dim() != 4 or frames.shape[1] != 3:
+            raise ValueError(f"frames must be (T, 3, H, W), got shape {tuple(frames.shape)}")
+        self.frames, self.size, self.img_resize = frames, int(size), img_resize
+
+    @property
+    def shape(self):
+        return torch.Size((self.frames.shape[0], 3, self.size, self.size))
+
+    @property
+    def dtype(self):
+        return torch.uint8 if self.img_resize == "uint8" else torch.float32
+
+    def write_into(self, out):
+        return write_resized(out, self.frames, self.size, self.img_resize)
+
+    def tensor(self):
+        """The padded frames as a new tensor (T, 3, size, size) (float32, or uint8 for "uint8")."""
+        return self.write_into(torch.empty(self.shape, dtype=self.dtype))

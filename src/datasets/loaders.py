@@ -16,11 +16,12 @@ def _sampler_of(loader):
 
 
 class PrefetchLoader:
-    """Wrap a DataLoader: move each batch to `device` (on a side CUDA stream when on GPU),
-    normalise `visual_inputs` with ImageNorm(img_pixel_mean, img_pixel_std) there, hand the
-    batch's `bad_videos` to `dataset.record_bad_videos`, skip batches whose videos all failed,
-    and call `dataset.end_of_pass()` after each pass (per-epoch bad-video summary; evaluation
-    raises BadVideosError unless skip_bad_videos).
+    """Wrap a DataLoader: move each batch to `device` (on a side CUDA stream when on GPU), make
+    `visual_inputs` float32 there (uint8 batches: ``img_resize`` "uint8") and normalise it with
+    ImageNorm(img_pixel_mean, img_pixel_std), hand the batch's `bad_videos` to
+    `dataset.record_bad_videos`, skip batches whose videos all failed, and call
+    `dataset.end_of_pass()` after each pass (per-epoch bad-video summary; evaluation raises
+    BadVideosError unless skip_bad_videos).
 
     Args: loader, img_norm (ImageNorm or None), device (the process's, ``src.utils.device.training_device``),
     yield_empty: yield None for such a batch instead of skipping it (training: the engine then
@@ -49,8 +50,8 @@ class PrefetchLoader:
         if not isinstance(batch, dict) or batch.get("visual_inputs") is None:
             return None
         batch = move_to_device(batch, self.device)
-        if self.img_norm is not None:
-            batch["visual_inputs"] = self.img_norm(batch["visual_inputs"].float())
+        v = batch["visual_inputs"].float()  # img_resize "uint8": the batch crossed the workers as uint8
+        batch["visual_inputs"] = v if self.img_norm is None else self.img_norm(v)
         return batch
 
     def __iter__(self):

@@ -123,31 +123,46 @@ def _set_skip(cc, state, value):
         state[0] = value
 
 
+def _last_before_jump(seg, targets, n):
+    """Whether the n-th target is the last one decoded before a jump to a later keyframe (or the last)."""
+    if n + 1 == len(targets):
+        return True
+    return seg.key_pos[bisect.bisect_right(seg.key_pos, targets[n + 1]) - 1] > targets[n]
+
+
 def decode_segment(cc, seg, wanted, convert):
     """Decode the frames of `seg` whose pts are in `wanted` -> {pts: convert(frame)} (missing ones
-    did not come out). Each wanted frame is decoded from the last keyframe before it in decode order."""
+    did not come out). Each wanted frame is decoded from the last keyframe before it in decode order.
+    After the last frame before a jump (or the last of all), the decoder is drained instead of fed the
+    next packets until the frame comes out of its reordering delay: those packets are often reference
+    frames it would decode for nothing (a frame's pixels never depend on later packets)."""
     pos = {p: i for i, p in enumerate(seg.pts)}
     targets = sorted(pos[p] for p in set(wanted) if p in pos)
     need, got = {seg.pts[t] for t in targets}, {}
     can_skip = "FRAME" not in str(cc.thread_type)
     skip, fed, drained = [None], None, False
     try:
-        for t in targets:
+        for n, t in enumerate(targets):
             k = bisect.bisect_right(seg.key_pos, t) - 1
             if k < 0:
                 break  # no keyframe before this frame in the segment
             if fed is None or seg.key_pos[k] > fed or drained:  # jump ahead in memory, no seek
                 cc.flush_buffers()
                 fed, drained = seg.key_pos[k] - 1, False
+            drain_after = _last_before_jump(seg, targets, n)
             while seg.pts[t] not in got and not drained:
-                fed += 1
-                packet = seg.packets[fed] if fed < len(seg.packets) else None
+                if drain_after and fed >= t:
+                    packet = None  # the frame's packet is in: drain instead of feeding later packets
+                else:
+                    fed += 1
+                    packet = seg.packets[fed] if fed < len(seg.packets) else None
                 if packet is not None and can_skip:
-                    _set_skip(cc, skip, "DEFAULT" if packet.pts in need else "NONREF")
+                    _set_skip(cc, skip, "DEFAULT" if seg.pts[fed] in need else "NONREF")
                 drained = packet is None
                 for frame in cc.decode(packet):
-                    if frame.pts in need and frame.pts not in got:
-                        got[frame.pts] = convert(frame)
+                    pts = frame.pts
+                    if pts in need and pts not in got:
+                        got[pts] = convert(frame)
     finally:
         if can_skip:
             cc.skip_frame = "DEFAULT"

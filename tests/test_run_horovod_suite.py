@@ -1,0 +1,87 @@
+"""benchmarks/run_horovod_suite.py, on a small suite in Horovod's layout (test/parallel/test_torch.py +
+test/utils/common.py): only the import line is rewritten, each test runs in its own 2-process torchrun
+job, and passed / failed / skipped / hung are told apart."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import run_horovod_suite as suite
+from tests import mp_utils
+
+SUITE = '''import os
+import sys
+import time
+import unittest
+
+import torch
+
+import horovod.torch as hvd
+
+sys.path.append(os.path.join(os.path.dirname(__file__), os.pardir, "utils"))
+from common import helper  # noqa: E402
+
+
+class TorchTests(unittest.TestCase):
+    def test_sums(self):
+        hvd.init()
+        assert helper() == 1
+        assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [2.0, 2.0]
+
+    def test_wrong(self):
+        hvd.init()
+        assert hvd.rank() == 0, "fails on rank 1"
+
+    def test_skips(self):
+        self.skipTest("not here")
+
+    def test_hangs(self):
+        hvd.init()
+        if hvd.rank() == 0:
+            hvd.allreduce(torch.ones(1), name="only_rank_0")
+        time.sleep(600)
+'''
+
+
+def _write_suite(root):
+    (root / "test" / "parallel").mkdir(parents=True)
+    (root / "test" / "utils").mkdir()
+    (root / "test" / "parallel" / "test_torch.py").write_text(SUITE)
+    (root / "test" / "utils" / "common.py").write_text("def helper():\n    return 1\n")
+    return root / "test" / "parallel" / "test_torch.py"
+
+
+def test_rewrites_only_the_import_line(tmp_path):
+    target = suite.prepare(_write_suite(tmp_path / "h"), "src.compat.hvd", tmp_path / "w")
+    before = SUITE.splitlines()
+    after = target.read_text().splitlines()
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert changed == [("import horovod.torch as hvd", "import src.compat.hvd as hvd")]
+    assert (tmp_path / "w" / "utils" / "common.py").is_file()
+    assert suite.test_names(target) == ["test_sums", "test_wrong", "test_skips", "test_hangs"]
+
+
+def test_outcome_of_a_job():
+    assert suite.combine([("passed", ""), ("passed", "")], 0) == ("passed", "")
+    assert suite.combine([("skipped", "r0: x"), ("skipped", "r1: x")], 0)[0] == "skipped"
+    assert suite.combine([("passed", ""), ("failed", "r1: boom")], 1) == ("failed", "r1: boom")
+    assert suite.combine([("passed", ""), ("passed", "")], 1)[0] == "failed"  # a rank crashed after
+    assert suite.combine([("passed", ""), ("missing", "no report from rank1")], 1)[0] == "failed"
+
+
+@pytest.mark.multiprocess
+def test_runs_a_suite_under_torchrun(tmp_path):
+    tests = _write_suite(tmp_path / "h")
+    out = tmp_path / "out.json"
+    p = subprocess.run([sys.executable, "benchmarks/run_horovod_suite.py", "--tests", str(tests),
+                        "--launcher", "torchrun", "--timeout", "25", "--json", str(out)], cwd=mp_utils.REPO,
+                       env=mp_utils._env(), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    outcomes = {name: r["outcome"] for name, r in res["results"].items()}
+    assert outcomes == {"test_sums": "passed", "test_wrong": "failed", "test_skips": "skipped",
+                        "test_hangs": "hung"}, p.stdout
+    assert "fails on rank 1" in res["results"]["test_wrong"]["detail"]
+    assert res["counts"] == {"passed": 1, "failed": 1, "skipped": 1, "hung": 1}
+    assert "| `src.compat.hvd` under `torchrun -np 2` | 1 | 1 | 1 | 1 |" in p.stdout
