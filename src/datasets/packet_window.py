@@ -29,7 +29,7 @@ class Segment:
         stream = container.streams.video[0]
         container.seek(seek_pts, any_frame=False, backward=True, stream=stream)
         self._packets_iter = container.demux(stream)
-        self.packets, self.pts, self.key_pos = [], [], []
+        self.packets, self.pts, self.dts, self.key_pos = [], [], [], []
         self.sorted_pts, self.last_dts, self.eof = [], None, False
         self.max_gop = 0  # largest pts distance between consecutive keyframes seen
 
@@ -57,6 +57,7 @@ class Segment:
         self.packets.append(packet)
         self.pts.append(pts)
         self.last_dts = packet.dts
+        self.dts.append(self.last_dts)
 
     def _read_one(self):
         packet = self._next_packet()
@@ -94,10 +95,29 @@ class Segment:
         j = bisect.bisect_right(self.sorted_pts, end_pts)
         return self.sorted_pts[i:min(j + 1, len(self.sorted_pts))]
 
-    def reaches(self, start_pts):
-        """Whether continuing to demux this segment is no more work than seeking for start_pts."""
-        return self.eof or (self.last_dts is not None
-                            and start_pts - SEEK_MARGIN <= self.last_dts + self.max_gop)
+    def reaches(self, start_pts, index=None):
+        """Whether continuing to demux this segment is no more work than seeking for start_pts.
+        `index` (the mov demuxer's stream index, whose timestamps are the packets' dts): also when no
+        keyframe follows this segment's last one before the seek point, i.e. where the seek would land
+        on a keyframe the segment holds and :meth:`adopt` would continue it after demuxing that GOP
+        again (the mov seek looks for the keyframe with dts <= the pts asked minus the stream's
+        dts shift, at or before the one this finds)."""
+        if self.eof or self.last_dts is None:
+            return self.eof
+        seek_pts = max(start_pts - SEEK_MARGIN, 0)
+        if seek_pts <= self.last_dts + self.max_gop:
+            return True
+        if not index or not self.key_pos:
+            return False
+        j = index.search_timestamp(self.dts[self.key_pos[-1]] + 1, backward=False)
+        return j < 0 or index[j].timestamp > seek_pts
+
+
+def _mov_index(container):
+    """The video stream's index where its timestamps are the packets' dts (the mov/mp4 demuxer), else None."""
+    if not {"mov", "mp4"} & set(container.format.name.split(",")):  # "mp4" where opened with format="mp4"
+        return None
+    return container.streams.video[0].index_entries
 
 
 def scan_windows(container, windows):
@@ -107,9 +127,10 @@ def scan_windows(container, windows):
     segment instead of seeking (the packets it sees are then a superset of the reference's, the same
     ones for any stream whose frames after a keyframe in decode order are not shown before it)."""
     segments, out = [], [None] * len(windows)
+    index = _mov_index(container)
     for k in sorted(range(len(windows)), key=lambda k: windows[k][0]):
         start_pts, end_pts = windows[k]
-        if not segments or not segments[-1].reaches(start_pts):
+        if not segments or not segments[-1].reaches(start_pts, index):
             seg = Segment(container, max(start_pts - SEEK_MARGIN, 0))
             if not segments or not segments[-1].adopt(seg):
                 segments.append(seg)
@@ -175,3 +196,12 @@ def tail_max_pts(container):
     target = (stream.start_time or 0) + (stream.duration or 0)
     container.seek(target, any_frame=False, backward=True, stream=stream)
     return max((p.pts for p in container.demux(stream) if p.pts is not None), default=0)
+
+
+def last_packet_pts(container):
+    """The pts of the packet an any-frame seek to the stream's end lands on (None if none): one packet,
+    a lower bound of the stream's max pts."""
+    stream = container.streams.video[0]
+    target = (stream.start_time or 0) + (stream.duration or 0)
+    container.seek(target, any_frame=True, backward=True, stream=stream)
+    return next((p.pts for p in container.demux(stream) if p.pts is not None), None)
