@@ -22,6 +22,11 @@ class UnsafeStream(Exception):
     """The packets break an assumption the window scan relies on; use the reference path."""
 
 
+def _check(pts, dts):
+    if pts is None or dts is None or pts < dts:
+        raise UnsafeStream(f"packet pts={pts} dts={dts}")
+
+
 class Segment:
     """Packets of the video stream in decode order, demuxed from one seek point and kept in memory."""
 
@@ -36,34 +41,40 @@ class Segment:
     def _next_packet(self):
         """The next non-empty packet (None at the end), checked for what the window scan relies on."""
         for packet in self._packets_iter:
-            if packet.size == 0:
-                continue
-            if packet.pts is None or packet.dts is None or packet.pts < packet.dts:
-                raise UnsafeStream(f"packet pts={packet.pts} dts={packet.dts}")
-            return packet
+            if packet.size:
+                _check(packet.pts, packet.dts)
+                return packet
         self.eof = True
         return None
 
-    def _append(self, packet):
-        pts = packet.pts
-        i = bisect.bisect_left(self.sorted_pts, pts)
-        if i < len(self.sorted_pts) and self.sorted_pts[i] == pts:
+    def _append(self, packet, pts, dts):
+        sorted_pts = self.sorted_pts
+        i = bisect.bisect_left(sorted_pts, pts)
+        if i < len(sorted_pts) and sorted_pts[i] == pts:
             raise UnsafeStream(f"duplicate pts {pts}")
-        self.sorted_pts.insert(i, pts)
+        sorted_pts.insert(i, pts)
         if packet.is_keyframe:
             if self.key_pos:
                 self.max_gop = max(self.max_gop, pts - self.pts[self.key_pos[-1]])
             self.key_pos.append(len(self.packets))
         self.packets.append(packet)
         self.pts.append(pts)
-        self.last_dts = packet.dts
-        self.dts.append(self.last_dts)
+        self.dts.append(dts)
+        self.last_dts = dts
 
-    def _read_one(self):
-        packet = self._next_packet()
-        if packet is not None:
-            self._append(packet)
-        return None if packet is None else packet.pts
+    def _demux_past(self, end_pts, past_end):
+        """Demux until no later packet can still have a pts in (end_pts, past_end)."""
+        for packet in self._packets_iter:
+            if not packet.size:
+                continue
+            pts, dts = packet.pts, packet.dts
+            _check(pts, dts)
+            self._append(packet, pts, dts)
+            if pts > end_pts and (past_end is None or pts < past_end):
+                past_end = pts
+            if past_end is not None and dts >= past_end:
+                return
+        self.eof = True
 
     def adopt(self, other):
         """If `other` (just sought) starts at one of this segment's keyframes, continue this segment
@@ -73,7 +84,7 @@ class Segment:
         keys = {self.pts[k] for k in self.key_pos}
         if packet is None or not packet.is_keyframe or packet.pts not in keys:
             if packet is not None:
-                other._append(packet)
+                other._append(packet, packet.pts, packet.dts)
             return False
         i = self.pts.index(packet.pts)
         for expected in self.pts[i + 1:]:
@@ -87,10 +98,8 @@ class Segment:
         """ClipBERT's decoded window: sorted pts in [start, end] plus the first pts past end."""
         j = bisect.bisect_right(self.sorted_pts, end_pts)
         past_end = self.sorted_pts[j] if j < len(self.sorted_pts) else None
-        while not self.eof and (past_end is None or self.last_dts < past_end):
-            pts = self._read_one()
-            if pts is not None and pts > end_pts and (past_end is None or pts < past_end):
-                past_end = pts
+        if not self.eof and (past_end is None or self.last_dts < past_end):
+            self._demux_past(end_pts, past_end)
         i = bisect.bisect_left(self.sorted_pts, start_pts)
         j = bisect.bisect_right(self.sorted_pts, end_pts)
         return self.sorted_pts[i:min(j + 1, len(self.sorted_pts))]
