@@ -255,7 +255,8 @@ def stream_max_pts(container):
 def plan_window(info, num_frames, target_fps, clip_idx, num_clips, safeguard_duration, video_max_pts,
                 max_pts_fn, sampling_rate=1):
     """Selective path of ClipBERT's pyav_decode: the clip's (start_pts, end_pts, video_max_pts).
-    `max_pts_fn()` gives the stream's largest pts (only called for the safeguard).
+    `max_pts_fn()` gives the stream's largest pts, or any lower bound of it that is >= 80% of the
+    duration (only called for the safeguard, which only compares it with 80% of the duration).
 
     The returned video_max_pts is the duration the window was computed with, on every selective
     decode as in ClipBERT: the stream's duration, or with the safeguard the given video_max_pts or the
