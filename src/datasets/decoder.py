@@ -82,9 +82,8 @@ def _is_iso_bmff(buf):
 # Probe options for ISO BMFF H.264: FFmpeg's stream probe reads packets and decodes frames until it knows
 # the pixel format and the reordering delay (7 frames of a stream without B-frames: ~10 ms at 720p); the
 # mp4 header already gives the decoder what it needs (avcC, and the delay from the ctts box), and the
-# decoder learns the pixel format from the first frame it decodes. `noparse`: no H.264 parser on each
-# packet (a third of the demuxer's time per packet); it only re-derives flags the mov index already gives
-# (keyframes from stss), the packets are the same. Frames: tested bit-identical.
+# decoder learns the pixel format from the first frame it decodes. `noparse`: no H.264 parser per packet
+# (a third of the demuxer's time; it re-derives what the mov index gives). Packets and frames: tested equal.
 _LIGHT_PROBE = {"container_options": {"probesize": "32", "analyzeduration": "0", "fflags": "+noparse"},
                 "stream_options": [{"skip_frame": "all"}] * 8}
 
@@ -118,10 +117,8 @@ def open_container(video_bytes, multi_thread_decode=False, max_frame_pixels=MAX_
     # FFmpeg checks its aligned buffer sizes, e.g. 128x128 for a 96x96 frame)
     limit = {"max_pixels": str(2 * int(max_frame_pixels) + 2 ** 16)} if max_frame_pixels else None
     container = None
-    if stream_io is not video_bytes:  # not stream_io.getbuffer(): on BytesIO(bytes) it copies the bytes
-        head = video_bytes
-    else:
-        head = stream_io.getbuffer() if hasattr(stream_io, "getbuffer") else None
+    # bytes themselves, not stream_io.getbuffer(): on BytesIO(bytes) that copies the whole file
+    head = video_bytes if stream_io is not video_bytes else getattr(stream_io, "getbuffer", lambda: None)()
     if _is_iso_bmff(head):
         try:  # the demuxer FFmpeg's probe picks for these files anyway; skipping the probe saves ~0.5 ms
             container = _open_mp4(stream_io, limit)
@@ -372,9 +369,8 @@ def _safeguard_max_pts(container, duration):
 
 
 def _rgb_converter():
-    """frame -> uint8 (H, W, 3) RGB, the pixels of `frame.to_ndarray(format="rgb24")` (tested), through one
-    single-threaded swscale context for the whole request: to_ndarray sets up a new context, with a thread
-    per core, for every frame (40 us of a frame's 70 at 320x240)."""
+    """frame -> uint8 (H, W, 3) RGB, `frame.to_ndarray(format="rgb24")`'s pixels through one single-threaded
+    swscale context per request (to_ndarray makes one, with a thread per core, per frame: 40 of 70 us)."""
     reformatter = VideoReformatter()
     return lambda frame: reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
 
