@@ -10,6 +10,7 @@ printed too). Every decoder's frames are hashed and compared with decoding every
 - clipbert:  the same call with fast=False: ClipBERT's algorithm (seek, decode the window, pick)
 - limit:     the issue's limit: decode from the keyframe before each requested frame up to it
              (packets demuxed beforehand, outside the timing), plus RGB conversion of those frames
+             (through one single-threaded swscale context, the cheapest PyAV offers)
 - limit_nonref: the same without the non-reference frames that are not requested (skip_frame=NONREF),
              which no decoder has to decode either: the stricter lower bound
 - decodeall: decode every frame, convert the requested ones
@@ -40,6 +41,7 @@ import time
 
 import numpy as np
 import torch
+from av.video.reformatter import VideoReformatter
 
 from src.datasets import decoder as dec
 from src.preprocessing.make_demo_data import encode_mp4
@@ -154,7 +156,9 @@ def decode_all(data, idx):
 
 class Limit:
     """The decodes any decoder must do: each requested frame from the keyframe before it (in decode
-    order), continuing when the next requested frame needs no new keyframe. Packets are demuxed up front."""
+    order), continuing when the next requested frame needs no new keyframe. Packets are demuxed up front.
+    The requested frames are converted to RGB through one single-threaded swscale context (as ours
+    does; `to_ndarray(format="rgb24")` sets one up, with a thread per core, for every frame)."""
 
     def __init__(self, data, pts):
         self.container = dec.open_container(data)
@@ -165,6 +169,7 @@ class Limit:
 
     def __call__(self, idx, skip_nonref=False):
         cc = self.container.streams.video[0].codec_context
+        rgb = VideoReformatter()
         want = {self.pts[i] for i in idx}
         got, fed = {}, None
         skip = {True: "DEFAULT", False: "NONREF" if skip_nonref else "DEFAULT"}
@@ -179,7 +184,7 @@ class Limit:
                 cc.skip_frame = skip[packet is None or packet.pts in want]
                 for frame in cc.decode(packet):
                     if frame.pts in want and frame.pts not in got:
-                        got[frame.pts] = frame.to_ndarray(format="rgb24")
+                        got[frame.pts] = rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()
         cc.skip_frame = "DEFAULT"
         return np.stack([got[self.pts[i]] for i in idx])
 

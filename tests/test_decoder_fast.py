@@ -8,7 +8,7 @@ import torch
 
 import src.datasets.decoder as decoder
 from src.datasets.decoder import decode_all_frames, decode_clips, open_container, stream_max_pts
-from src.datasets.packet_window import scan_windows, tail_max_pts
+from src.datasets.packet_window import last_packet_pts, scan_windows, tail_max_pts
 from src.preprocessing.make_demo_data import encode_mp4
 from tests.test_decoder import indexed_frames, read_index
 
@@ -105,10 +105,51 @@ def test_windows_in_one_gop_share_one_segment(h264):
     assert sum(len(s.packets) for s in segments) <= N_FRAMES  # no packet demuxed twice into segments
 
 
+class _CountingContainer:
+    """A container whose demux() counts the packets it yields (the window scan's reads)."""
+
+    def __init__(self, container):
+        self._c, self.demuxed = container, 0
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+    def demux(self, *args, **kwargs):
+        for packet in self._c.demux(*args, **kwargs):
+            self.demuxed += 1
+            yield packet
+
+
+def test_a_seek_into_a_held_gop_continues_without_demuxing_it_again(h264):
+    """Windows 60 frames apart in GOP 250: the mov index shows no keyframe between the segment's last one
+    and the next window, so the segment reads on (a seek would land on a keyframe it holds and read that
+    GOP again); GOP 30: a seek to a later GOP. Each packet is demuxed once either way."""
+    data, _ = h264
+    c = _CountingContainer(open_container(data))
+    per_frame = c.streams.video[0].duration // N_FRAMES
+    segments, out = scan_windows(c, [(f * per_frame, (f + 5) * per_frame) for f in (0, 60, 120, 180)])
+    c.close()
+    n_keys = sum(p.is_keyframe for p in open_container(data).demux(video=0) if p.size)
+    assert len(segments) == (1 if n_keys == 2 else 4)  # GOP 250: 2 keyframes in 300 frames
+    assert c.demuxed == sum(len(s.packets) for s in segments)
+
+
 def test_tail_max_pts_is_the_stream_max(h264):
     data, _ = h264
     c = open_container(data)
     assert tail_max_pts(c) == stream_max_pts(c) > 0
+    c.close()
+
+
+def test_last_packet_pts_is_a_lower_bound_the_safeguard_can_use(h264):
+    """The duration safeguard only asks whether the max pts is below 80% of the duration: the pts of
+    the packet an any-frame seek to the end lands on answers it with one packet read."""
+    data, _ = h264
+    c = open_container(data)
+    duration = c.streams.video[0].duration
+    assert 0.8 * duration <= last_packet_pts(c) <= stream_max_pts(c)
+    assert decoder._safeguard_max_pts(c, duration) >= 0.8 * duration
+    assert decoder._safeguard_max_pts(c, 10 * duration) == stream_max_pts(c)  # too short: the full scan
     c.close()
 
 
@@ -211,3 +252,16 @@ def test_mp4_without_stream_probe_decodes_the_probed_streams_frames(name, data):
     assert len(frames[0]) == len(frames[1]) == b.frames > 0
     for (pa, fa), (pb, fb) in zip(*frames):
         assert pa == pb and np.array_equal(fa, fb), (name, pa, pb)
+
+
+@pytest.mark.parametrize("name,data", _light_probe_videos(), ids=lambda x: x if isinstance(x, str) else "")
+def test_mp4_packets_without_the_parser_are_the_probed_ones(name, data):
+    """open_container demuxes H.264 mp4 without FFmpeg's per-packet H.264 parser (fflags +noparse):
+    the same packets (timestamps, keyframe flags, bytes) as av.open with its probe and parser."""
+    import io
+
+    import av
+    light, probed = open_container(data), av.open(io.BytesIO(data))
+    packets = [[(p.pts, p.dts, p.is_keyframe, bytes(p)) for p in c.demux(video=0)] for c in (light, probed)]
+    light.close(), probed.close()
+    assert len(packets[0]) > 0 and packets[0] == packets[1]

@@ -22,6 +22,11 @@ class UnsafeStream(Exception):
     """The packets break an assumption the window scan relies on; use the reference path."""
 
 
+def _check(pts, dts):
+    if pts is None or dts is None or pts < dts:
+        raise UnsafeStream(f"packet pts={pts} dts={dts}")
+
+
 class Segment:
     """Packets of the video stream in decode order, demuxed from one seek point and kept in memory."""
 
@@ -29,40 +34,47 @@ class Segment:
         stream = container.streams.video[0]
         container.seek(seek_pts, any_frame=False, backward=True, stream=stream)
         self._packets_iter = container.demux(stream)
-        self.packets, self.pts, self.key_pos = [], [], []
+        self.packets, self.pts, self.dts, self.key_pos = [], [], [], []
         self.sorted_pts, self.last_dts, self.eof = [], None, False
         self.max_gop = 0  # largest pts distance between consecutive keyframes seen
 
     def _next_packet(self):
         """The next non-empty packet (None at the end), checked for what the window scan relies on."""
         for packet in self._packets_iter:
-            if packet.size == 0:
-                continue
-            if packet.pts is None or packet.dts is None or packet.pts < packet.dts:
-                raise UnsafeStream(f"packet pts={packet.pts} dts={packet.dts}")
-            return packet
+            if packet.size:
+                _check(packet.pts, packet.dts)
+                return packet
         self.eof = True
         return None
 
-    def _append(self, packet):
-        pts = packet.pts
-        i = bisect.bisect_left(self.sorted_pts, pts)
-        if i < len(self.sorted_pts) and self.sorted_pts[i] == pts:
+    def _append(self, packet, pts, dts):
+        sorted_pts = self.sorted_pts
+        i = bisect.bisect_left(sorted_pts, pts)
+        if i < len(sorted_pts) and sorted_pts[i] == pts:
             raise UnsafeStream(f"duplicate pts {pts}")
-        self.sorted_pts.insert(i, pts)
+        sorted_pts.insert(i, pts)
         if packet.is_keyframe:
             if self.key_pos:
                 self.max_gop = max(self.max_gop, pts - self.pts[self.key_pos[-1]])
             self.key_pos.append(len(self.packets))
         self.packets.append(packet)
         self.pts.append(pts)
-        self.last_dts = packet.dts
+        self.dts.append(dts)
+        self.last_dts = dts
 
-    def _read_one(self):
-        packet = self._next_packet()
-        if packet is not None:
-            self._append(packet)
-        return None if packet is None else packet.pts
+    def _demux_past(self, end_pts, past_end):
+        """Demux until no later packet can still have a pts in (end_pts, past_end)."""
+        for packet in self._packets_iter:
+            if not packet.size:
+                continue
+            pts, dts = packet.pts, packet.dts
+            _check(pts, dts)
+            self._append(packet, pts, dts)
+            if pts > end_pts and (past_end is None or pts < past_end):
+                past_end = pts
+            if past_end is not None and dts >= past_end:
+                return
+        self.eof = True
 
     def adopt(self, other):
         """If `other` (just sought) starts at one of this segment's keyframes, continue this segment
@@ -72,7 +84,7 @@ class Segment:
         keys = {self.pts[k] for k in self.key_pos}
         if packet is None or not packet.is_keyframe or packet.pts not in keys:
             if packet is not None:
-                other._append(packet)
+                other._append(packet, packet.pts, packet.dts)
             return False
         i = self.pts.index(packet.pts)
         for expected in self.pts[i + 1:]:
@@ -86,18 +98,35 @@ class Segment:
         """ClipBERT's decoded window: sorted pts in [start, end] plus the first pts past end."""
         j = bisect.bisect_right(self.sorted_pts, end_pts)
         past_end = self.sorted_pts[j] if j < len(self.sorted_pts) else None
-        while not self.eof and (past_end is None or self.last_dts < past_end):
-            pts = self._read_one()
-            if pts is not None and pts > end_pts and (past_end is None or pts < past_end):
-                past_end = pts
+        if not self.eof and (past_end is None or self.last_dts < past_end):
+            self._demux_past(end_pts, past_end)
         i = bisect.bisect_left(self.sorted_pts, start_pts)
         j = bisect.bisect_right(self.sorted_pts, end_pts)
         return self.sorted_pts[i:min(j + 1, len(self.sorted_pts))]
 
-    def reaches(self, start_pts):
-        """Whether continuing to demux this segment is no more work than seeking for start_pts."""
-        return self.eof or (self.last_dts is not None
-                            and start_pts - SEEK_MARGIN <= self.last_dts + self.max_gop)
+    def reaches(self, start_pts, index=None):
+        """Whether continuing to demux this segment is no more work than seeking for start_pts.
+        `index` (the mov demuxer's stream index, whose timestamps are the packets' dts): also when no
+        keyframe follows this segment's last one before the seek point, i.e. where the seek would land
+        on a keyframe the segment holds and :meth:`adopt` would continue it after demuxing that GOP
+        again (the mov seek looks for the keyframe with dts <= the pts asked minus the stream's
+        dts shift, at or before the one this finds)."""
+        if self.eof or self.last_dts is None:
+            return self.eof
+        seek_pts = max(start_pts - SEEK_MARGIN, 0)
+        if seek_pts <= self.last_dts + self.max_gop:
+            return True
+        if not index or not self.key_pos:
+            return False
+        j = index.search_timestamp(self.dts[self.key_pos[-1]] + 1, backward=False)
+        return j < 0 or index[j].timestamp > seek_pts
+
+
+def _mov_index(container):
+    """The video stream's index where its timestamps are the packets' dts (the mov/mp4 demuxer), else None."""
+    if not {"mov", "mp4"} & set(container.format.name.split(",")):  # "mp4" where opened with format="mp4"
+        return None
+    return container.streams.video[0].index_entries
 
 
 def scan_windows(container, windows):
@@ -107,9 +136,10 @@ def scan_windows(container, windows):
     segment instead of seeking (the packets it sees are then a superset of the reference's, the same
     ones for any stream whose frames after a keyframe in decode order are not shown before it)."""
     segments, out = [], [None] * len(windows)
+    index = _mov_index(container)
     for k in sorted(range(len(windows)), key=lambda k: windows[k][0]):
         start_pts, end_pts = windows[k]
-        if not segments or not segments[-1].reaches(start_pts):
+        if not segments or not segments[-1].reaches(start_pts, index):
             seg = Segment(container, max(start_pts - SEEK_MARGIN, 0))
             if not segments or not segments[-1].adopt(seg):
                 segments.append(seg)
@@ -175,3 +205,12 @@ def tail_max_pts(container):
     target = (stream.start_time or 0) + (stream.duration or 0)
     container.seek(target, any_frame=False, backward=True, stream=stream)
     return max((p.pts for p in container.demux(stream) if p.pts is not None), default=0)
+
+
+def last_packet_pts(container):
+    """The pts of the packet an any-frame seek to the stream's end lands on (None if none): one packet,
+    a lower bound of the stream's max pts."""
+    stream = container.streams.video[0]
+    target = (stream.start_time or 0) + (stream.duration or 0)
+    container.seek(target, any_frame=True, backward=True, stream=stream)
+    return next((p.pts for p in container.demux(stream) if p.pts is not None), None)
