@@ -14,9 +14,10 @@ from tests import mp_utils
 WORKER = "tests/workers/hvd_api.py"
 LAUNCHERS = ["horovod", "torch"]
 # one job per launcher runs every check (start-up dominates a 2-process job); timeline: torch backend only
-# reinit first (it ends with a fresh init), join last (after it real Horovod's process sets hang)
-MODES = {"horovod": "reinit,autograd,sparse,ops,syncbn,mismatch,join",
-         "torch": "reinit,autograd,sparse,ops,syncbn,timeline,mismatch,join"}
+# reinit first (it ends with a fresh init), join late (after it real Horovod's process sets hang), leave
+# last (rank 1 ends its process)
+MODES = {"horovod": "reinit,autograd,sparse,ops,syncbn,mismatch,join,leave",
+         "torch": "reinit,autograd,sparse,ops,syncbn,timeline,mismatch,join,leave"}
 pytestmark = pytest.mark.multiprocess
 
 
@@ -187,3 +188,15 @@ def test_init_shutdown_init(job, launcher):
         seen = json.load(open(out / f"reinit{r}.json"))
         assert seen == [[True, 3.0, None, r, 2], False, [True, 3.0, 1.0 if r == 1 else None, r, 2], False,
                         [True, 3.0, None, r, 2], False], (launcher, r, seen)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_rank_that_exits_fails_the_operation_its_peer_waits_on(job, launcher):
+    """Rank 1's process ends cleanly while rank 0 waits in an allreduce: rank 0 gets Horovod's
+    HorovodInternalError ("Horovod has been shut down") at once, as under real Horovod, not a hang."""
+    out = job(launcher)
+    assert json.load(open(out / "leave1.json")) == {"left": True}
+    res = json.load(open(out / "leave0.json"))
+    assert res["error"] is not None and res["error"].startswith("HorovodInternalError"), res
+    assert "has been shut down" in res["error"], res
+    assert res["seconds"] < 30, res

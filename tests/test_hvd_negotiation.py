@@ -87,3 +87,17 @@ def test_stop_once_every_member_left():
     neg = Negotiation([0, 1])
     assert neg.add({"r": 0, "n": LEAVE, "k": LEAVE, "m": {}}) == []
     assert neg.add({"r": 1, "n": LEAVE, "k": LEAVE, "m": {}}) == [{"k": STOP, "n": STOP}]
+
+
+def test_a_rank_that_left_fails_what_waits_for_it_and_what_comes_after():
+    """Horovod's shutdown rule: once a member has left, an operation that needs it can never run; its
+    submitters get an error (not a wait forever), now and for every later submission."""
+    neg = Negotiation([0, 1])
+    assert neg.add({"r": 0, "n": "x", "k": "ALLREDUCE", "m": {"sh": [[2]], "dt": ["float32"]}}) == []
+    gone = neg.add({"r": 1, "n": LEAVE, "k": LEAVE, "m": {}})
+    assert [(g["n"], g["k"]) for g in gone] == [("x", "ALLREDUCE")]
+    assert "has been shut down: rank(s) 1 finished execution" in gone[0]["err"]
+    later = neg.add({"r": 0, "n": "y", "k": "BROADCAST", "m": {"sh": [[2]], "dt": ["float32"]}})
+    assert len(later) == 1 and later[0]["n"] == "y" and "shut down" in later[0]["err"]
+    assert neg.pending() == {}
+    assert neg.add({"r": 0, "n": LEAVE, "k": LEAVE, "m": {}}) == [{"k": STOP, "n": STOP}]

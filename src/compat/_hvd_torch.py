@@ -122,7 +122,10 @@ def _leave_together():
     every other 2-process run here, after all the work was done. After an uncaught exception, or if a
     peer does not arrive, nothing is waited for: the launcher ends the job."""
     _peer_watchdog.stop()  # a clean exit: peers stop watching this rank
-    if _S["failed"] or not (_S["group"] and dist.is_initialized()) or dist.get_backend() != "gloo":
+    if _S["failed"] or not (_S["group"] and dist.is_initialized()):
+        return
+    sets.announce_leave()  # a peer still waiting on this rank gets Horovod's "shut down" error, not a hang
+    if dist.get_backend() != "gloo":
         return
     try:
         dist.monitored_barrier(timeout=datetime.timedelta(seconds=10))

@@ -78,6 +78,9 @@ class LocalController:
             for resp in self._negotiation.add(_event(self.rank, req)):
                 run_response(resp, self._pending.pop(resp["n"], None), self._execute)
 
+    def announce_leave(self) -> None:
+        """Nothing to tell: no other rank waits on a set of one."""
+
     def close(self, _timeout: float = 0.0) -> None:
         _fail_all(self._pending, "Horovod has been shut down")
 
@@ -90,7 +93,7 @@ class Controller(LocalController):
         super().__init__(rank, execute)
         self.ranks, self.prefix, self.coordinator = list(ranks), prefix, min(ranks)
         self._store = store_factory()
-        self._closed = False
+        self._closed = self._left = False
         self._negotiation = Negotiation(self.ranks)
         self._threads = [threading.Thread(target=self._execute_loop, args=(store_factory(),), daemon=True,
                                           name=f"hvd-executor-{prefix}")]
@@ -110,13 +113,20 @@ class Controller(LocalController):
     def _log(self, event: dict) -> None:
         self._store.queue_push(self.prefix + "log", json.dumps(event))
 
+    def announce_leave(self) -> None:
+        """Log this rank's LEAVE once; operations of other ranks that need it then fail."""
+        with self._lock:
+            if not self._left:
+                self._left = True
+                self._log({"r": self.rank, "n": LEAVE, "k": LEAVE, "m": {}})
+
     def close(self, timeout: float = 10.0) -> None:
         """Leave the set: the threads end once every member has left (or after ``timeout`` seconds)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._log({"r": self.rank, "n": LEAVE, "k": LEAVE, "m": {}})
+            self.announce_leave()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))

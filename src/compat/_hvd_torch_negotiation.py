@@ -41,9 +41,11 @@ class Negotiation:
     def add(self, event: dict) -> list[dict]:
         """Take one event from the log; return the responses it makes ready, in execution order."""
         kind = event["k"]
-        if kind == LEAVE:
+        if kind == LEAVE:  # an operation still waiting can never complete without the rank that left
             self.left.add(event["r"])
-            return [{"k": STOP, "n": STOP}] if self.left >= set(self.ranks) else []
+            if self.left >= set(self.ranks):
+                return [{"k": STOP, "n": STOP}]
+            return [self._gone(n) for n in list(self.table)]
         if kind == JOIN:
             self.joined[event["r"]] = self._arrivals
             self._arrivals += 1
@@ -54,10 +56,21 @@ class Negotiation:
                 out.append({"k": JOIN, "n": JOIN_NAME, "err": None, "last": last})
             return out
         self.table.setdefault(event["n"], {})[event["r"]] = event
+        if self.left:
+            return [self._gone(event["n"])]
         return [self._respond(event["n"])] if self._ready(event["n"]) else []
 
     def _ready(self, name: str) -> bool:
         return set(self.table[name]) | set(self.joined) >= set(self.ranks)
+
+    def _gone(self, name: str) -> dict:
+        """Horovod's answer to an operation that needs a rank which has shut down (or exited)."""
+        entries = self.table.pop(name)
+        first = next(iter(entries.values()))
+        return {"k": first["k"], "n": name, "m": first["m"], "joined": [],
+                "err": f"{first['k']} '{name}': Horovod has been shut down: rank(s) "
+                       f"{', '.join(map(str, sorted(self.left)))} finished execution (shutdown or exit) "
+                       "without submitting it"}
 
     def _respond(self, name: str) -> dict:
         entries = self.table.pop(name)

@@ -128,6 +128,13 @@ def member(process_set: ProcessSet) -> TorchSet:
     return tset
 
 
+def announce_leave() -> None:
+    """At exit: tell every set's coordinator this rank is leaving, without waiting for the others."""
+    for tset in list(_S["sets"].values()):
+        if tset.controller is not None:
+            tset.controller.announce_leave()
+
+
 def close_all(timeout: float = 10.0) -> None:
     """Leave every set (``shutdown``): the global set last."""
     for set_id in sorted(_S["sets"], reverse=True):

@@ -16,10 +16,13 @@ Modes:
             gradients (with ``--world 2`` and no launcher: torch's BatchNorm1d on the whole batch)
   timeline  start_timeline / an allreduce / stop_timeline; rank 0 writes the trace
   reinit    init / collectives / shutdown, three times; is_initialized() along the way
+  leave     (last) rank 1 ends its process while rank 0 waits in an allreduce: rank 0's error and how
+            long it took
 """
 import argparse
 import json
 import os
+import time
 
 import torch
 import torch.nn.functional as F
@@ -162,7 +165,21 @@ def reinit(a, r, _n):
     json.dump(seen, open(os.path.join(a.out, f"reinit{r}.json"), "w"))
 
 
-MODES = ["autograd", "sparse", "mismatch", "join", "ops", "syncbn", "timeline", "reinit"]
+def leave(a, r, _n):
+    if r == 1:  # the job's loop ends here: this process exits cleanly with rank 0 still waiting
+        json.dump({"left": True}, open(os.path.join(a.out, "leave1.json"), "w"))
+        return
+    t0 = time.monotonic()
+    try:
+        hvd.allreduce(torch.ones(2), name="leave.after")
+        error = None
+    except Exception as e:  # Horovod: HorovodInternalError (a RuntimeError) naming the shutdown
+        error = f"{type(e).__name__}: {e}"
+    json.dump({"error": error, "seconds": time.monotonic() - t0},
+              open(os.path.join(a.out, "leave0.json"), "w"))
+
+
+MODES = ["autograd", "sparse", "mismatch", "join", "ops", "syncbn", "timeline", "reinit", "leave"]
 
 
 def main():
