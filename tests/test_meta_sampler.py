@@ -87,7 +87,7 @@ def test_engine_trains_on_several_datasets_and_resumes_bit_exact(tmp_path):
     trainer = Trainer(toy_cfg(tmp_path / "r", **opts), task(), hooks=[CrashAt()])
     with pytest.raises(RuntimeError, match="crash"):
         trainer.train()
-    assert isinstance(trainer.sampler, MetaSampler)
+    assert isinstance(trainer.parts.sampler, MetaSampler)
     resumed = Trainer(toy_cfg(tmp_path / "r", **opts), task()).train()
     assert resumed["global_step"] == ref["global_step"] == 32  # 2 epochs x 64 examples / batch 4
     a = torch.load(tmp_path / "u" / "ckpt" / "model_step_32.pt")
