@@ -18,6 +18,13 @@ requires_horovod = pytest.mark.skipif(
     reason="Horovod not installed (run ./run_scripts/setup_env.sh)")
 
 
+# Under pytest-xdist these run one after another on one worker (group "serial"), beside the other worker
+# running everything else: the multi-process jobs (marker ``multiprocess``: 2 processes already fill the 2
+# cores CI has), and the files that share the checkout's data/demo and output/ (the quickstart, the
+# README's commands) or check the env itself.
+SERIAL_FILES = {"test_quickstart.py", "test_readme.py", "test_env.py"}
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``docker`` (the CPU image: minutes) or ``docker_cuda`` (the CUDA image: longer) run only
     when asked for by name: ``pytest -m docker``, ``pytest -m docker_cuda``."""
@@ -27,6 +34,9 @@ def pytest_collection_modifyitems(config, items):
     if len(keep) < len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
+    for item in items:  # with pytest-xdist (test.sh: -n 2 --dist loadgroup), see SERIAL_FILES
+        if item.get_closest_marker("multiprocess") or item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 @pytest.fixture(scope="module")
