@@ -25,6 +25,7 @@ requires_horovod = pytest.mark.skipif(
 SERIAL_FILES = {"test_quickstart.py", "test_readme.py", "test_env.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``docker`` (the CPU image: minutes) or ``docker_cuda`` (the CUDA image: longer) run only
     when asked for by name: ``pytest -m docker``, ``pytest -m docker_cuda``."""
