@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests import mp_utils
+from tests.leftovers import pytest_configure, pytest_sessionfinish  # noqa: F401 (the run's hooks: no survivors)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
