@@ -11,6 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+PORT_TAKEN = "cannot listen on 127.0.0.1:"  # src.compat.loopback: the launcher's store port was taken
 
 
 def free_port():
@@ -45,10 +46,16 @@ def run_horovod(args, np=2, timeout=180, env=None, cwd=None):
 
 
 def run_torchrun(args, np=2, timeout=180, env=None, cwd=None):
-    """Run `torchrun --nproc_per_node N <args...>` (static rendezvous on a free port)."""
-    cmd = [sys.executable, "-m", "src.compat.loopback", "torchrun", "--nproc_per_node", str(np),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + [str(a) for a in args]
-    return _run(cmd, timeout, env, cwd)
+    """Run `torchrun --nproc_per_node N <args...>` (static rendezvous on a free port). The port is free
+    when chosen; another job on the machine may take it before the launcher listens there (then the
+    launcher fails at once, before any worker started): a new port, up to 3 times."""
+    for _ in range(3):
+        cmd = [sys.executable, "-m", "src.compat.loopback", "torchrun", "--nproc_per_node", str(np),
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + [str(a) for a in args]
+        proc = _run(cmd, timeout, env, cwd)
+        if not (proc.returncode and PORT_TAKEN in proc.stderr and "Address already in use" in proc.stderr):
+            break
+    return proc
 
 
 def run_python(args, timeout=180, env=None, cwd=None):
