@@ -9,8 +9,7 @@
    negotiation: one 3-integer async allreduce per step (the join header) is all it adds.
 2. Small user-facing collectives (``hvd.allreduce`` / ``hvd.broadcast`` of 16 floats): through
    ``clipbert_legacy.compat.hvd`` (matched by name and checked through the launcher's store, run by the
-   process
-   set's executor thread) and directly on a ``torch.distributed`` group, in one job; the ratio.
+   process set's executor thread) and directly on a ``torch.distributed`` group, in one job; the ratio.
 
     .venv/bin/python benchmarks/bench_hvd_overhead.py --baseline /tmp/base [--rounds 3] [--params_m 12]
 """

@@ -1,6 +1,5 @@
 """The trainer is assembled once (``clipbert_legacy.training.build``) and never rewritten: few attributes, the
-built
-components the same objects from set-up to the end, the config as given, and no code outside the
+built components the same objects from set-up to the end, the config as given, and no code outside the
 builder that assigns a trainer attribute or a config value."""
 import ast
 import copy

@@ -3,8 +3,7 @@ traceback. Every case checks the exit code, the one-line ``error:`` message (nam
 value and the fix) and what the run directory holds afterwards.
 
 Toy-task cases run the real entry point (``clipbert_legacy.tasks.entry.main``) in-process; kills, locks and
-dead
-ranks use subprocesses with timeouts; the video cases use a tiny synthetic retrieval dataset.
+dead ranks use subprocesses with timeouts; the video cases use a tiny synthetic retrieval dataset.
 """
 import fcntl
 import functools

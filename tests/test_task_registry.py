@@ -4,8 +4,7 @@ tests/toy_count_task.py is a new task written as docs/adding_a_task.md says: its
 post-parse rule) beside its class. As a built-in task it is one line in
 ``clipbert_legacy.tasks.registry.BUILTIN_TASKS``
 (the product's entry, ``python -m clipbert_legacy.tasks NAME``, then runs it); as a plugin, one ``register``
-call.
-Everything that used to need a hand-edited list (parser, config reference, MODEL_KEYS at inference,
+call. Everything that used to need a hand-edited list (parser, config reference, MODEL_KEYS at inference,
 RUNTIME_KEYS of the rerun policy, the schema test, the model's head) must pick it up.
 """
 import inspect

@@ -18,15 +18,13 @@ took JSON values unchecked, so a typo or a wrong type surfaced late in training 
 
 Usage::
 
-    from clipbert_legacy.config import parse_args
-    cfg = parse_args("retrieval")            # sys.argv[1:]
+    from clipbert_legacy.config import parse_args cfg = parse_args("retrieval")            # sys.argv[1:]
     cfg = parse_args("video_qa", ["--config", "configs/demo_qa_frameqa.json", "--fp16", "0"])
     cfg.train_datasets[0].txt, cfg.learning_rate, cfg.to_dict()
 
 Adding a task: declare a :class:`TaskSpec` (name, options, post-parse rule, parent) and register it
 with :func:`register_task` (the task layer's ``clipbert_legacy.tasks.registry.register`` does it for a whole
-task);
-see docs/adding_a_task.md. Flag each option ``model=True`` (inference takes it from the trained run)
+task); see docs/adding_a_task.md. Flag each option ``model=True`` (inference takes it from the trained run)
 or ``runtime=True`` (it may change between the runs of one directory): :data:`MODEL_KEYS` and
 :data:`RUNTIME_KEYS` are generated from the flags of every registered task.
 

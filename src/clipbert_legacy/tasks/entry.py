@@ -4,8 +4,7 @@
 ``python -m clipbert_legacy.tasks NAME ...`` (``src/clipbert_legacy/tasks/__main__.py``) with the name, looked
 up in the registry
 (``clipbert_legacy.tasks.registry``). Either way the task class is registered, so its spec is the one the
-config is
-parsed with.
+config is parsed with.
 """
 import json
 import logging

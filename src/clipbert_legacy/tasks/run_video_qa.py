@@ -6,8 +6,7 @@
         --inference_n_clips 1
 
 Training runs the shared engine (src/clipbert_legacy/training/engine.py); validation reports ``overall_acc``
-(the
-main metric) and, for frameqa/msrvtt_qa, ``{answer_type}_acc``; action/transition report the
+(the main metric) and, for frameqa/msrvtt_qa, ``{answer_type}_acc``; action/transition report the
 5-way multiple-choice accuracy as ``overall_acc``. Inference writes ClipBERT's QA result layout::
 
     {output_dir}/results_{stem(inference_txt_db)}/step_{N}_{n_clips}_{agg}/

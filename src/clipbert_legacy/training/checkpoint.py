@@ -8,8 +8,7 @@
   silently swallowed errors; here a failed save raises, and an unreadable restore file falls back
   to the backup with a warning, or raises if nothing can be read. Both are read with
   ``weights_only=True`` (clipbert_legacy.utils.safe_load): a file naming anything else (a planted payload)
-  stops the
-  run with one line, without falling back.
+  stops the run with one line, without falling back.
 """
 import contextlib
 import logging

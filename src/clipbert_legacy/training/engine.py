@@ -3,15 +3,13 @@
 A task supplies a :class:`~clipbert_legacy.training.task.Task` (model, training data, loss, evaluation);
 :class:`Trainer` does the rest. It holds only the loop's parts (detectron2's ``TrainerBase``):
 
-* ``parts``: the built components, one frozen :class:`~clipbert_legacy.training.build.Components` (config,
-process,
-  outputs, plan, model, optimizer, precision, sharding, loader, checkpointer), made by
+* ``parts``: the built components, one frozen :class:`~clipbert_legacy.training.build.Components`
+  (config, process, outputs, plan, model, optimizer, precision, sharding, loader, checkpointer), made by
   ``clipbert_legacy.training.build`` in one visible order and never changed afterwards (a change of the world
   under Horovod elastic is an explicit rebuild there);
-* ``hooks`` (``clipbert_legacy.training.hooks``, the task's, the caller's), ``state`` (the run state they
-share,
-  ``clipbert_legacy.training.run_state``) and ``events`` (the step's event record the writers write,
-  ``clipbert_legacy.training.events``);
+* ``hooks`` (``clipbert_legacy.training.hooks``, the task's, the caller's), ``state`` (the run state
+  they share, ``clipbert_legacy.training.run_state``) and ``events`` (the step's event record the
+  writers write, ``clipbert_legacy.training.events``);
 * the config and task it was given, the stop signals.
 
 One step (``clipbert_legacy.training.step.run_step``) is forward/backward over the accumulation steps with one

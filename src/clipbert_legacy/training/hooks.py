@@ -19,15 +19,13 @@ hook                        collective  what it does
 ==========================  ==========  ==============================================================
 
 then, with ``profile_steps``, the profiler (``clipbert_legacy.training.profiling.StepProfiler``), the task's
-hooks
-(``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``, and last, in Horovod
+hooks (``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``, and last, in Horovod
 elastic runs only, ``clipbert_legacy.training.elastic.ElasticCommit`` (it commits in the next step's
 ``before_step``, after the engine's end of the step).
 
 No hook writes a log line of metrics, a TensorBoard scalar or the restore file: hooks put values into
 the step's event record (``trainer.events``; ``clipbert_legacy.training.events``), and after every hook of the
-step
-the engine hands the record to the writers and writes the restore file when it is due. Hooks exchange
+step the engine hands the record to the writers and writes the restore file when it is due. Hooks exchange
 results through ``trainer.state`` (``clipbert_legacy.training.run_state``), never through files or the
 trainer's
 fields, and the validation hooks act in ``after_validation`` on the published record; so no default hook

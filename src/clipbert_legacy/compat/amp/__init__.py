@@ -5,8 +5,7 @@
     model, optimizer = amp.initialize(model, optimizer, opt_level="O2", keep_batchnorm_fp32=True)
     with amp.scale_loss(loss, optimizer, delay_unscale=not last_micro_batch) as scaled:
         scaled.backward()
-    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
-    optimizer.step()
+    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0) optimizer.step()
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "amp": amp.state_dict()}
 
 apex deleted ``amp`` upstream (PR #1896) and its old releases do not build on today's torch, while
@@ -103,8 +102,7 @@ Deliberate differences from apex, and why:
   here every master grad holds its unscaled, possibly non-finite, value, so a grad norm taken before
   a skipped step is inf/NaN. ``max_loss_scale=None`` means no cap (apex: TypeError).
 * **The skipping ``step`` clears a Horovod optimizer's "synchronized" flag**, as a real step would
-  (apex's skip left it set, so Horovod's next plain ``step()`` warned about a missing
-  ``skip_synchronize()``).
+  (apex's skip left it set, so Horovod's next plain ``step()`` warned about a missing ``skip_synchronize()``).
 * Casting of forward inputs/outputs rebuilds lists, tuples (namedtuples too) and sets, keeps the type
   of mutable Mappings such as OrderedDict or transformers' ``ModelOutput`` (apex returned a plain dict,
   losing attribute access) and passes other iterables through (apex tried ``type(x)(...)``, which
