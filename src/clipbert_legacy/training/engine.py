@@ -107,8 +107,7 @@ class Trainer:
     # ---------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
         """The components (``clipbert_legacy.training.build.build``: no collective under Horovod elastic),
-        then the
-        restore file's counters and every hook's saved state."""
+        then the restore file's counters and every hook's saved state."""
         self.parts, restored = build.build(self.given_cfg, self.task)
         self.state.follow_metric(self.cfg.best_metric or self.task.main_metric)
         if restored is not None:

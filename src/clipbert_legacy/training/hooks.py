@@ -1,9 +1,8 @@
 """Periodic work around the training step, as hooks (the model is detectron2's ``engine/hooks.py``).
 
 The contract (:class:`~clipbert_legacy.training.contracts.Hook`, what a step reports, what a hook may use of
-the
-trainer) is ``clipbert_legacy.training.contracts``. The trainer runs ``before_train`` once, then around every
-optimizer step ``before_step(trainer)`` and ``after_step(trainer, result)`` on each hook in order,
+the trainer) is ``clipbert_legacy.training.contracts``. The trainer runs ``before_train`` once, then around
+every optimizer step ``before_step(trainer)`` and ``after_step(trainer, result)`` on each hook in order,
 ``after_train`` at the end, and ``close`` whether the run ended well or not. Its default hooks:
 
 ==========================  ==========  ==============================================================
@@ -27,9 +26,8 @@ No hook writes a log line of metrics, a TensorBoard scalar or the restore file: 
 the step's event record (``trainer.events``; ``clipbert_legacy.training.events``), and after every hook of the
 step the engine hands the record to the writers and writes the restore file when it is due. Hooks exchange
 results through ``trainer.state`` (``clipbert_legacy.training.run_state``), never through files or the
-trainer's
-fields, and the validation hooks act in ``after_validation`` on the published record; so no default hook
-depends on its place in the list (``tests/test_hooks.py`` runs them reversed and compares every file).
+trainer's fields, and the validation hooks act in ``after_validation`` on the published record; so no default
+hook depends on its place in the list (``tests/test_hooks.py`` runs them reversed and compares every file).
 
 A **collective** hook calls collective operations (allreduce, broadcast, gather): it must run on every
 rank at the same steps, in the same order, or the job stalls until the launcher's timeout. Decide when
