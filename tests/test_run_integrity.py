@@ -26,7 +26,7 @@ from clipbert_legacy.datasets.build import build_retrieval_datasets
 from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
 from clipbert_legacy.tasks.entry import main
 from clipbert_legacy.tasks.run_video_retrieval import RetrievalTask
-from clipbert_legacy.training.checkpoint import all_finite
+from clipbert_legacy.training.checkpoint_files import all_finite
 from tests import mp_utils
 from tests.toy_task import ToyTask, toy_argv
 

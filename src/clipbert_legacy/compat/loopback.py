@@ -1,7 +1,8 @@
 """Single-machine launches that listen on the loopback only.
 
-    python -m clipbert_legacy.compat.loopback horovodrun -np 2 -H localhost:2 --gloo python src/tasks/run_x.py
-    ... python -m clipbert_legacy.compat.loopback torchrun --nproc_per_node 2 src/tasks/run_x.py ...
+    python -m clipbert_legacy.compat.loopback horovodrun -np 2 -H localhost:2 --gloo \
+        python src/tasks/run_x.py ...
+    python -m clipbert_legacy.compat.loopback torchrun --nproc_per_node 2 src/tasks/run_x.py ...
 
 Why: the launchers' servers take commands without authentication (PyTorch's security policy: its
 distributed primitives are for trusted networks only), and both listen on every interface whatever

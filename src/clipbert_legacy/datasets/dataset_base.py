@@ -128,7 +128,8 @@ class VideoDatasetBase(BadVideoLog, Dataset):
     Args:
         datalist: task-specific list (see subclasses).
         img_lmdb_dir: LMDB directory (key = video name, value = raw video bytes); or an LMDBStore.
-        fps: frames per second sampled inside a clip (ClipBERT `fps`). num_frm: frames per clip (`num_frm`).
+        fps: frames per second sampled inside a clip (ClipBERT `fps`).
+        num_frm: frames per clip (`num_frm`).
         frm_sampling_strategy: rand|uniform|start|middle|end (`frm_sampling_strategy`).
         max_img_size: longer side after resize; frames are zero-padded to max_img_size^2.
         img_resize: "exact" (ClipBERT's float resize, bit for bit) or "uint8" (uint8 resize and
@@ -142,7 +143,8 @@ class VideoDatasetBase(BadVideoLog, Dataset):
         min_video_frames: a video with fewer frames is "too_short" (default 2: a still is no video).
         max_frame_pixels: a video (or image) with larger frames is "too_large", refused from its header
             before decoding (0: no limit).
-        max_retries: training attempts per item before raising. name: used in log lines and errors.
+        max_retries: training attempts per item before raising.
+        name: used in log lines and errors.
     """
 
     def __init__(self, datalist, img_lmdb_dir, fps=1, num_frm=3, frm_sampling_strategy="rand",

@@ -11,7 +11,7 @@ declaring
 The built-in tasks are :data:`BUILTIN_TASKS`, one line each: adding a built-in task is its file plus one
 line there. A class is imported when its name is first asked for (an entry point run as a script,
 ``python src/tasks/run_x.py``, imports only its own), and looking it up registers its spec with the
-parser (``clipbert_legacy.config.register_task``), so its options, ``MODEL_KEYS``/``RUNTIME_KEYS`` and the
+parser (``clipbert_legacy.config.register_task``), so its options, ``model_keys()``/``runtime_keys()`` and the
 config reference follow. :func:`register` adds a task at run time (a plugin, a test): one call.
 The product's entries ask this registry: ``python -m clipbert_legacy.tasks NAME ...``
 (``src/clipbert_legacy/tasks/__main__.py``)

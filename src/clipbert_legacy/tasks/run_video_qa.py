@@ -16,7 +16,7 @@ Training runs the shared engine (src/clipbert_legacy/training/engine.py); valida
 option index for action/transition; data = the annotation). Differences from ClipBERT (bugs):
 
 * only the model-defining keys of the trained run's ``log/args.json`` are applied
-  (clipbert_legacy.config.MODEL_KEYS); ``output_dir`` and every CLI inference setting stay as given;
+  (clipbert_legacy.config.model_keys()); ``output_dir`` and every CLI inference setting stay as given;
 * the task comes from the trained run, so ``--config`` is optional at inference;
 * an unlabeled annotation file (no ``answer``) gets predictions and no ``scores.json`` (ClipBERT
   crashed computing scores); a notice says so.

@@ -61,7 +61,7 @@ class TrainerView(Protocol):
     def plan(self) -> RunPlan: ...
 
     @property
-    def checkpointer(self) -> object: ...  # clipbert_legacy.training.state.Checkpointer
+    def checkpointer(self) -> object: ...  # clipbert_legacy.training.checkpointer.Checkpointer
 
     @property
     def rank(self) -> int: ...

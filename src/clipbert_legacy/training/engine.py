@@ -34,7 +34,8 @@ from collections.abc import Iterable
 
 from clipbert_legacy.config.options import profile_range
 from clipbert_legacy.training import build
-from clipbert_legacy.training.checkpoint import model_step_path
+from clipbert_legacy.training.checkpoint_files import model_step_path
+from clipbert_legacy.training.checkpointer import migrate_counters
 from clipbert_legacy.training.contracts import Hook, StepResult
 from clipbert_legacy.training.elastic import ElasticCommit, horovod_elastic, run_horovod_elastic
 from clipbert_legacy.training.events import EventRecord
@@ -43,7 +44,6 @@ from clipbert_legacy.training.nonfinite import check_final_weights, stop_diverge
 from clipbert_legacy.training.preemption import StopSignals, preempted
 from clipbert_legacy.training.profiling import StepProfiler
 from clipbert_legacy.training.run_state import RunState, ValidationRecord
-from clipbert_legacy.training.state import migrate_counters
 from clipbert_legacy.training.step import Diverged, TimedBatches, batch_stream, run_step, step_scalars
 from clipbert_legacy.training.task import Task
 from clipbert_legacy.utils.errors import RunDirError

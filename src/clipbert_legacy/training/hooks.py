@@ -45,7 +45,7 @@ import os
 import torch
 
 import clipbert_legacy.compat.hvd as hvd
-from clipbert_legacy.training.checkpoint import ModelSaver, atomic_write_text, checkpoints_to_keep
+from clipbert_legacy.training.checkpoint_files import ModelSaver, atomic_write_text, checkpoints_to_keep
 from clipbert_legacy.training.contracts import Hook
 from clipbert_legacy.training.metrics_log import MetricsLog, read_metrics
 from clipbert_legacy.training.run_state import ValidationRecord

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from clipbert_legacy.training.checkpoint import ModelSaver
+from clipbert_legacy.training.checkpoint_files import ModelSaver
 from clipbert_legacy.utils.errors import UserError
 
 logger = logging.getLogger(__name__)

@@ -44,7 +44,7 @@ from clipbert_legacy.optimization.sharding import (
     shard_param_groups,
     shard_state_dict,
 )
-from clipbert_legacy.training.checkpoint import fp32_state_dict
+from clipbert_legacy.training.checkpoint_files import fp32_state_dict
 from clipbert_legacy.training.elastic import horovod_elastic
 from clipbert_legacy.utils.distributed import allgather_with_tensors
 

@@ -5,7 +5,8 @@
     model, optimizer = amp.initialize(model, optimizer, opt_level="O2", keep_batchnorm_fp32=True)
     with amp.scale_loss(loss, optimizer, delay_unscale=not last_micro_batch) as scaled:
         scaled.backward()
-    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0) optimizer.step()
+    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+    optimizer.step()
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "amp": amp.state_dict()}
 
 apex deleted ``amp`` upstream (PR #1896) and its old releases do not build on today's torch, while
