@@ -21,8 +21,8 @@ sys.path.insert(0, REPO)
 
 import torch  # noqa: E402
 
-from src.tasks.entry import main  # noqa: E402
-from src.training.contracts import Hook  # noqa: E402
+from clipbert_legacy.tasks.entry import main  # noqa: E402
+from clipbert_legacy.training.contracts import Hook  # noqa: E402
 from tests.toy_task import ToyTask, toy_argv  # noqa: E402
 
 torch.set_num_threads(1)

@@ -1,7 +1,8 @@
 """Stress check (not a timing): do 2-process jobs end the way they should, every time? (issue 46)
 
 Runs ``--jobs`` toy jobs (benchmarks/_stress_exit_worker.py) under each launcher (``torchrun
---nproc_per_node 2`` and ``horovodrun -np 2 --gloo``, through src.compat.loopback), one after another,
+--nproc_per_node 2`` and ``horovodrun -np 2 --gloo``, through clipbert_legacy.compat.loopback), one after
+another,
 each ended one of four ways in turn (a normal end, a stop signal to one rank, an exception in a hook on
 one rank, ``sys.exit(3)`` from a hook on every rank); every second pair of jobs runs with two CPU-bound
 processes beside it (``--busy 0`` for none). A job exits abnormally when a process aborts or crashes
@@ -40,7 +41,7 @@ def _port():
 
 
 def command(launcher, out, how):
-    loop = [sys.executable, "-m", "src.compat.loopback"]
+    loop = [sys.executable, "-m", "clipbert_legacy.compat.loopback"]
     if launcher == "torchrun":
         return loop + ["torchrun", "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
                        str(_port()), WORKER, out, how]

@@ -6,7 +6,8 @@ from the same run:
 
 * ``baseline``: Horovod's own ``horovod.torch`` init/shutdown (the launcher's rendezvous server reused:
   a rank can read its peer's address from the previous rendezvous);
-* ``ours``: ``src.compat.hvd`` (every re-init gets a rendezvous of its own: ``_hvd_horovod_rendezvous``).
+* ``ours``: ``clipbert_legacy.compat.hvd`` (every re-init gets a rendezvous of its own:
+  ``_hvd_horovod_rendezvous``).
 
     .venv/bin/python benchmarks/stress_hvd_reinit.py [--reinits 20] [--jobs 3] [--rounds 3] [--variants ours]
 
@@ -25,7 +26,7 @@ ERRORS = ("Connect timeout", "Connection refused", "Timed out", "timed out", "Er
 def worker(variant: str, reinits: int) -> None:
     import torch
     if variant == "ours":
-        import src.compat.hvd as hvd
+        import clipbert_legacy.compat.hvd as hvd
         total = lambda t, i: hvd.allreduce(t, op=hvd.Sum, name=f"reinit.{i}")  # noqa: E731
     else:
         import horovod.torch as hvd
@@ -42,8 +43,8 @@ def worker(variant: str, reinits: int) -> None:
 def launch(variant: str, reinits: int, timeout_s: float) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "src.compat.loopback", "horovodrun", "-np", "2", "-H", "localhost:2",
-           "--gloo",
+    cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "horovodrun", "-np", "2", "-H",
+           "localhost:2", "--gloo",
            "--gloo-timeout-seconds", "60", sys.executable, os.path.abspath(__file__), "--worker", variant,
            "--reinits", str(reinits)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-PORT_TAKEN = "cannot listen on 127.0.0.1:"  # src.compat.loopback: the launcher's store port was taken
+PORT_TAKEN = "cannot listen on 127.0.0.1:"  # compat.loopback: the launcher's store port was taken
 
 
 def free_port():
@@ -37,10 +37,11 @@ def horovodrun_available():
     return shutil.which("horovodrun", path=str(BIN)) is not None
 
 
-# Both launchers through src.compat.loopback: the job's servers listen on 127.0.0.1 only.
+# Both launchers through clipbert_legacy.compat.loopback: the job's servers listen on 127.0.0.1 only.
 def run_horovod(args, np=2, timeout=180, env=None, cwd=None):
     """Run `horovodrun -np N --gloo python <args...>`; returns CompletedProcess (text)."""
-    cmd = [sys.executable, "-m", "src.compat.loopback", "horovodrun", "-np", str(np), "-H", f"localhost:{np}",
+    cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "horovodrun", "-np", str(np),
+           "-H", f"localhost:{np}",
            "--gloo", "--gloo-timeout-seconds", "60", sys.executable] + [str(a) for a in args]
     return _run(cmd, timeout, env, cwd)
 
@@ -50,8 +51,8 @@ def run_torchrun(args, np=2, timeout=180, env=None, cwd=None):
     when chosen; another job on the machine may take it before the launcher listens there (then the
     launcher fails at once, before any worker started): a new port, up to 3 times."""
     for _ in range(3):
-        cmd = [sys.executable, "-m", "src.compat.loopback", "torchrun", "--nproc_per_node", str(np),
-               "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + [str(a) for a in args]
+        cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "torchrun", "--nproc_per_node",
+               str(np), "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *map(str, args)]
         proc = _run(cmd, timeout, env, cwd)
         if not (proc.returncode and PORT_TAKEN in proc.stderr and "Address already in use" in proc.stderr):
             break

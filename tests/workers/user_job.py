@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-import src.compat.hvd as hvd
+import clipbert_legacy.compat.hvd as hvd
 
 STEPS, ROWS = 6, 8
 
