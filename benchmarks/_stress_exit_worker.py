@@ -16,14 +16,11 @@ import os
 import signal
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+import torch
 
-import torch  # noqa: E402
-
-from clipbert_legacy.tasks.entry import main  # noqa: E402
-from clipbert_legacy.training.contracts import Hook  # noqa: E402
-from tests.toy_task import ToyTask, toy_argv  # noqa: E402
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.training.contracts import Hook
+from tests.toy_task import ToyTask, toy_argv  # the driver puts the checkout on PYTHONPATH
 
 torch.set_num_threads(1)
 STATUS = {"code": None}
