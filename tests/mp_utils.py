@@ -3,6 +3,7 @@
 Every launch has a hard timeout so that a hang fails the test instead of stalling CI.
 """
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -72,6 +73,18 @@ def _run(cmd, timeout, env, cwd):
         err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
         raise AssertionError(f"command timed out after {timeout}s: {' '.join(cmd)}\n"
                              f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}") from None
+
+
+# A failure test's timing: a worker prints ``at t=<time.time()>`` where it fails, and the test measures from
+# there to the job's end (the launcher's reaction), not the start-up, which a busy machine stretches.
+ENDED_WITHIN_S = 45  # the launcher ends a failed 2-process job in a few seconds on an idle machine
+
+
+def seconds_since_failure(text, ended_at):
+    """Seconds from the worker's ``at t=...`` mark in ``text`` to ``ended_at`` (the job's end)."""
+    marks = re.findall(r"at t=(\d+\.\d+)", text)
+    assert marks, f"no worker printed its failure time ('at t=...'):\n{text[-3000:]}"
+    return ended_at - float(marks[0])
 
 
 def check(proc):

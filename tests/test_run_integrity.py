@@ -253,12 +253,11 @@ def test_kill_during_checkpoint_save_resumes_bit_exact(tmp_path, uninterrupted, 
 def test_dead_rank_ends_the_horovod_job_quickly(tmp_path):
     if not mp_utils.horovodrun_available():
         pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
-    t0 = time.time()
-    p = mp_utils.run_horovod([WORKERS / "hook_raise.py", tmp_path / "out", 1, 3, "kill"], timeout=120)
-    elapsed = time.time() - t0
+    p = mp_utils.run_horovod([WORKERS / "hook_raise.py", tmp_path / "out", 1, 3, "kill"], timeout=300)
     out = p.stdout + p.stderr
+    elapsed = mp_utils.seconds_since_failure(out, time.time())
     assert p.returncode != 0 and "rank 1 kills itself at step 3" in out and "finished training" not in out
-    assert elapsed < 60, f"the job took {elapsed:.0f}s to end"
+    assert elapsed < mp_utils.ENDED_WITHIN_S, f"the job ended {elapsed:.0f}s after rank 1 died"
     with open(tmp_path / "out" / ".run.lock") as f:  # rank 0's lock went with the job
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
