@@ -240,4 +240,4 @@ def test_a_rank_that_exits_fails_the_operation_its_peer_waits_on(job, launcher):
     res = json.load(open(out / "leave0.json"))
     assert res["error"] is not None and res["error"].startswith("HorovodInternalError"), res
     assert "has been shut down" in res["error"], res
-    assert res["seconds"] < 60, res  # "at once": about 1 s idle; without it rank 0 waits until the job's timeout
+    assert res["seconds"] < 60, res  # "at once": about 1 s idle; else rank 0 waits until the job's timeout
