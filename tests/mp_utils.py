@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,6 +86,19 @@ def seconds_since_failure(text, ended_at):
     marks = re.findall(r"at t=(\d+\.\d+)", text)
     assert marks, f"no worker printed its failure time ('at t=...'):\n{text[-3000:]}"
     return ended_at - float(marks[0])
+
+
+def wait_until(pred, what, timeout=300, proc=None):
+    """Poll ``pred`` until true; fails saying ``what`` it waited for (or that ``proc`` ended first). The
+    default suits a process's start-up and first steps: seconds idle, minutes on a busy machine."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if proc is not None and proc.poll() is not None:
+            out = proc.stdout.read()[-3000:] if proc.stdout else ""
+            raise AssertionError(f"the worker ended (status {proc.returncode}) before {what}:\n{out}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout}s for {what}")
+        time.sleep(0.01)
 
 
 def check(proc):

@@ -170,17 +170,6 @@ def test_bad_existing_run_value_is_a_config_error(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------------------------
 # two runs, one directory; unusable output_dir
-def _wait_for(pred, timeout=60, proc=None):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"worker ended early:\n{proc.stdout.read()[-3000:]}")
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
-
-
 def test_second_run_into_a_busy_directory_refuses_and_stale_lock_is_free(tmp_path, capsys):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, str(WORKERS / "engine_train.py"), str(out),
@@ -188,13 +177,13 @@ def test_second_run_into_a_busy_directory_refuses_and_stale_lock_is_free(tmp_pat
                             env=mp_utils._env(), cwd=str(REPO), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        _wait_for(lambda: (out / "log" / "args.json").exists(), proc=proc)
+        mp_utils.wait_until((out / "log" / "args.json").exists, "the first run's log/args.json", proc=proc)
         holder_args = (out / "log" / "args.json").read_bytes()
         assert run_toy(out, num_train_epochs=20) == 1
         line = error_line(capsys)
         assert "is in use by another training run" in line and f"pid {proc.pid}" in line
         assert (out / "log" / "args.json").read_bytes() == holder_args
-        _wait_for(lambda: (out / "ckpt" / "restore.pt").exists(), proc=proc)
+        mp_utils.wait_until((out / "ckpt" / "restore.pt").exists, "the first run's restore file", proc=proc)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
