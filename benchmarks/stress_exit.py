@@ -4,7 +4,7 @@ Runs ``--jobs`` toy jobs (benchmarks/_stress_exit_worker.py) under each launcher
 --nproc_per_node 2`` and ``horovodrun -np 2 --gloo``, through clipbert_legacy.compat.loopback), one after
 another,
 each ended one of four ways in turn (a normal end, a stop signal to one rank, an exception in a hook on
-one rank, ``sys.exit(3)`` from a hook on every rank); every second pair of jobs runs with two CPU-bound
+one rank, ``sys.exit(3)`` from a hook on every rank); every second round of the four runs with two CPU-bound
 processes beside it (``--busy 0`` for none). A job exits abnormally when a process aborts or crashes
 (``terminate called ...``, SIGABRT, SIGSEGV, ``Fatal Python error``), the job hangs past its
 timeout, the launcher's status is not the expected one (0 for a normal end, else non-zero), or a rank
@@ -93,7 +93,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=200, help="per launcher")
     ap.add_argument("--launchers", default="torchrun,horovodrun")
     ap.add_argument("--busy", type=int, default=2,
-                    help="CPU-bound processes beside every second pair of jobs")
+                    help="CPU-bound processes beside every second round of the four ends")
     ap.add_argument("--timeout_s", type=float, default=600, help="per job (an idle one takes about 15 s)")
     ap.add_argument("--log_dir", help="where the output of every abnormal job is written")
     a = ap.parse_args()
@@ -104,7 +104,7 @@ def main():
     t0 = time.monotonic()
     for launcher in a.launchers.split(","):
         for i in range(a.jobs):
-            how, busy = HOWS[i % len(HOWS)], a.busy if (i // 2) % 2 else 0
+            how, busy = HOWS[i % len(HOWS)], a.busy if (i // len(HOWS)) % 2 else 0  # each end, idle and busy
             why, text = run_job(launcher, how, busy, a.timeout_s, env)
             key = (launcher, how, "busy" if busy else "idle")
             counts[key + ("jobs",)] += 1
