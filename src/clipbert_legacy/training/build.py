@@ -19,8 +19,8 @@ derives keys while it parses, and inference's ``prepare_inference_config`` sets 
 ``model_config`` and ``inference_model_step`` of an inference config; ``tests/test_engine_build.py``
 exempts exactly these). A change of the world (Horovod elastic) is an explicit :func:`rebuild`, and
 accepting a run (its files, rank 0's writers) is :func:`accept_run`, which every run goes through; both
-return new Components holding the same model and optimizer. The engine (``clipbert_legacy.training.engine``) runs the
-loop.
+return new Components holding the same model and optimizer. The engine
+(``clipbert_legacy.training.engine``) runs the loop.
 """
 from __future__ import annotations
 
