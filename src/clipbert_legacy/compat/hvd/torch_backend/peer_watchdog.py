@@ -31,9 +31,10 @@ import time
 import torch.distributed as dist
 
 from clipbert_legacy.compat import launcher_env
+from clipbert_legacy.compat.hvd.torch_backend.state import STATE
 
-_W = {"store": None, "rank": 0, "thread": None, "stop": threading.Event(), "prefix": ""}
-_LOCK = threading.Lock()  # one store client, used by the watchdog thread and by busy() in the main thread
+_W = STATE.watchdog
+_LOCK = STATE.watchdog_lock  # one store client, used by the watchdog thread and by busy() in the main thread
 
 
 def _add(store, key, n):
