@@ -7,7 +7,7 @@ from the same run:
 * ``baseline``: Horovod's own ``horovod.torch`` init/shutdown (the launcher's rendezvous server reused:
   a rank can read its peer's address from the previous rendezvous);
 * ``ours``: ``clipbert_legacy.compat.hvd`` (every re-init gets a rendezvous of its own:
-  ``_hvd_horovod_rendezvous``).
+  ``compat.hvd.horovod_rendezvous``).
 
     .venv/bin/python benchmarks/stress_hvd_reinit.py [--reinits 20] [--jobs 3] [--rounds 3] [--variants ours]
 

@@ -19,8 +19,9 @@ from tests import mp_utils
 CHILD = r"""
 import atexit, datetime, sys, types
 import torch.distributed as dist
-from clipbert_legacy.compat import _hvd_torch as backend, _hvd_torch_sets as sets
-from clipbert_legacy.compat._hvd_torch_controller import Controller
+from clipbert_legacy.compat.hvd import torch_backend as backend
+from clipbert_legacy.compat.hvd.torch_backend import sets
+from clipbert_legacy.compat.hvd.torch_backend.controller import Controller
 
 port, i = int(sys.argv[1]), sys.argv[2]
 def store():

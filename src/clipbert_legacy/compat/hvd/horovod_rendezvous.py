@@ -26,6 +26,8 @@ import time
 import urllib.error
 import urllib.request
 
+from clipbert_legacy.compat import launcher_env
+
 ADDR, PORT = "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT"
 SCOPE = "clipbert_reinit"
 _R = {"launcher": None, "inits": 0, "server": None}
@@ -33,14 +35,13 @@ _R = {"launcher": None, "inits": 0, "server": None}
 
 def prepare() -> None:
     """Before Horovod's ``init``: for a re-initialisation under horovodrun, a fresh rendezvous server."""
-    if _R["launcher"] is None and ADDR in os.environ:
-        _R["launcher"] = (os.environ[ADDR], int(os.environ[PORT]))
+    if _R["launcher"] is None:
+        _R["launcher"] = launcher_env.horovod_rendezvous()  # horovodrun's own, before any of ours
     _R["inits"] += 1
-    if _R["inits"] == 1 or _R["launcher"] is None or os.environ.get("HOROVOD_ELASTIC") == "1":
+    if _R["inits"] == 1 or _R["launcher"] is None or launcher_env.horovod_elastic():
         return
-    gen, rank, size = _R["inits"], int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
-    timeout = float(os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "30"))
-    launcher = _R["launcher"]
+    job = _R["launcher"]
+    gen, rank, size, timeout, launcher = _R["inits"], job.rank, job.size, job.timeout_s, (job.addr, job.port)
     _put(launcher, f"{gen}.arrived.{rank}", b"1")
     if rank == 0:
         for r in range(size):

@@ -11,9 +11,9 @@ import horovod.torch as _h
 import torch
 from horovod.torch import mpi_ops as _mpi_ops
 
-from clipbert_legacy.compat import _hvd_horovod_rendezvous
-from clipbert_legacy.compat._hvd_process_sets import ProcessSet, global_process_set
-from clipbert_legacy.compat._row_sparse import average_rows
+from clipbert_legacy.compat.hvd import horovod_rendezvous
+from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
+from clipbert_legacy.compat.hvd.row_sparse import average_rows
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ CPU_CYCLE_TIME_MS = "20"
 
 def init(comm=None, process_sets=None):
     _cpu_cycle_time()
-    _hvd_horovod_rendezvous.prepare()  # after an hvd.shutdown(): a rendezvous of its own (issue 46)
+    horovod_rendezvous.prepare()  # after an hvd.shutdown(): a rendezvous of its own (issue 46)
     if isinstance(process_sets, (list, tuple)):  # static process sets: ours become Horovod's
         theirs = [_h.ProcessSet(p.ranks) if isinstance(p, ProcessSet) else p for p in process_sets]
         _h.init(comm=comm, process_sets=theirs)
@@ -173,7 +173,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
 
 
 def _route_row_sparse(opt, params, compression):
-    """Reduce ``params`` over their touched rows (clipbert_legacy.compat._row_sparse) instead of densely.
+    """Reduce ``params`` over their touched rows (clipbert_legacy.compat.hvd.row_sparse) instead of densely.
 
     Horovod's optimizer starts a parameter's reduction with ``_allreduce_grad_async(p)`` and, for a
     handle that is a callable (its own sparse path), calls it in ``synchronize()`` and installs the
