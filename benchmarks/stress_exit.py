@@ -96,15 +96,17 @@ def main():
                     help="CPU-bound processes beside every second round of the four ends")
     ap.add_argument("--timeout_s", type=float, default=600, help="per job (an idle one takes about 15 s)")
     ap.add_argument("--log_dir", help="where the output of every abnormal job is written")
+    ap.add_argument("--ends", default=",".join(HOWS), help="which ends, taken in turn")
     a = ap.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    ends = a.ends.split(",")
     counts = collections.Counter()
     abnormal = []
     t0 = time.monotonic()
     for launcher in a.launchers.split(","):
         for i in range(a.jobs):
-            how, busy = HOWS[i % len(HOWS)], a.busy if (i // len(HOWS)) % 2 else 0  # each end, idle and busy
+            how, busy = ends[i % len(ends)], a.busy if (i // len(ends)) % 2 else 0  # each end, idle and busy
             why, text = run_job(launcher, how, busy, a.timeout_s, env)
             key = (launcher, how, "busy" if busy else "idle")
             counts[key + ("jobs",)] += 1
