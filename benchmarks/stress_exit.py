@@ -60,7 +60,8 @@ def judge(how, rc, text):
         return f"abort/crash: {line.strip()[:200]}"
     if (rc == 0) != (how == "end"):
         return f"launcher exit status {rc} (expected {'0' if how == 'end' else 'non-zero'})"
-    statuses = {int(r): s for r, s in re.findall(r"exit-status (\d) (\S+)", text)}
+    # two ranks' last lines can share one line of the launcher's output ("exit-status 0 3exit-status 1 3")
+    statuses = {int(r): s for r, s in re.findall(r"exit-status (\d) (-?\d+|None)", text)}
     for rank, want in EXPECTED[how].items():
         if statuses.get(rank) != str(want):
             return f"rank {rank} ended with {statuses.get(rank, 'no last line')} (expected {want})"
