@@ -32,11 +32,10 @@ ALLOWED = {
     "preprocessing": {"compat", "utils", "config", "datasets", "modeling", "evaluation"},
     "tasks": {"compat", "utils", "config", "datasets", "modeling", "optimization", "evaluation",
               "training"},
-    # the opt-in legacy layer: stand-ins for apex / horovod.torch / detectron2 built on the project's parts
-    "legacy": {"compat", "utils", "config", "datasets", "modeling", "optimization", "evaluation"},
 }
+ALLOWED["legacy"] = set(ALLOWED)  # the legacy layer (ClipBERT-lineage forks) may use everything; nothing uses it
 # ``__main__`` modules: python -m <pkg>.x
-ALLOWED["entry"] = set(ALLOWED) | {"tasks", "preprocessing", "legacy"}
+ALLOWED["entry"] = set(ALLOWED) | {"tasks", "preprocessing"}
 
 
 def _modules():
