@@ -14,6 +14,9 @@ so an installed transformers that still has a name keeps its own. The module pat
 * ``PreTrainedModel.init_weights`` called in ``__init__`` (the 3.x lifecycle): transformers 5 needs
   ``post_init()`` to have run first (``all_tied_weights_keys``); where it has not, ``post_init()`` runs
   (which initialises the weights through the model's ``_init_weights``, as 3.x's ``init_weights`` did).
+* transformers' optional-dependency probes (``is_torchvision_available`` ...) answer False for a package
+  that only the layer's stand-in provides: transformers then never uses the stand-in torchvision's (or
+  apex's) missing parts, and keeps working where the real torchvision cannot load.
 * ``encode_plus`` / ``batch_encode_plus`` with 2.x/3.x keywords (``pad_to_max_length=True``,
   ``return_attention_masks``): mapped onto ``__call__`` (``padding="max_length"``, and with a
   ``max_length`` and no ``truncation``, longest-first truncation as 3.x did).
@@ -169,8 +172,39 @@ def patch_tokenization_base(module) -> None:
     _add(base, "batch_encode_plus", _batch_encode_plus)
 
 
+def _stand_in_only(pkg_name) -> bool:
+    import importlib.util
+
+    from clipbert_legacy.legacy.finder import SHIM_ROOT
+    try:
+        spec = importlib.util.find_spec(pkg_name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and str(SHIM_ROOT) in (spec.origin or "")
+
+
+def patch_import_utils(module) -> None:
+    probe = getattr(module, "_is_package_available", None)
+    if probe is None or hasattr(probe, "__wrapped__"):
+        return
+
+    # what "not installed" looks like in this release: (False, "N/A") in 5.x; False in 4.x unless a version
+    # was asked for
+    tuple_always = isinstance(probe("clipbert_legacy_no_such_package"), tuple)
+
+    def is_package_available(pkg_name, *args, **kwargs):
+        """transformers' probe, answering "not installed" for a package only the legacy layer stands in for."""
+        if _stand_in_only(pkg_name):
+            return (False, "N/A") if tuple_always or args or kwargs.get("return_version") else False
+        return probe(pkg_name, *args, **kwargs)
+
+    is_package_available.__wrapped__ = probe
+    module._is_package_available = is_package_available
+
+
 # (module name, patch): applied by layer.install when the module loads (or at once if loaded)
 PATCHES = (
+    ("transformers.utils.import_utils", patch_import_utils),
     ("transformers.activations", patch_activations),
     ("transformers.file_utils", patch_file_utils),
     ("transformers.modeling_utils", patch_modeling_utils),
