@@ -17,6 +17,7 @@ so an installed transformers that still has a name keeps its own. The module pat
 * transformers' optional-dependency probes (``is_torchvision_available`` ...) answer False for a package
   that only the layer's stand-in provides: transformers then never uses the stand-in torchvision's (or
   apex's) missing parts, and keeps working where the real torchvision cannot load.
+* the tokenizer's private ``_pad_token`` / ``_mask_token`` ... (3.x's storage, read by MLM masking code).
 * ``encode_plus`` / ``batch_encode_plus`` with 2.x/3.x keywords (``pad_to_max_length=True``,
   ``return_attention_masks``): mapped onto ``__call__`` (``padding="max_length"``, and with a
   ``max_length`` and no ``truncation``, longest-first truncation as 3.x did).
@@ -166,8 +167,29 @@ def _batch_encode_plus(self, batch_text_or_text_pairs, **kwargs):
     return self(items, **_legacy_kwargs(kwargs))
 
 
+_SPECIAL = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
+
+
+def _private_special(name):
+    key = f"_{name}_token"
+
+    def get(self):
+        if key in self.__dict__:
+            return self.__dict__[key]
+        token = getattr(self, f"{name}_token", None)
+        return None if token is None else str(token)
+
+    def set_(self, value):
+        self.__dict__[key] = value
+
+    return property(get, set_, doc=f"3.x's private ``{key}`` (the special token's string, or None)")
+
+
 def patch_tokenization_base(module) -> None:
     base = module.PreTrainedTokenizerBase
+    for name in _SPECIAL:  # 3.x code reads tokenizer._pad_token (None when the token is not set)
+        if not any(f"_{name}_token" in vars(klass) for klass in base.__mro__):
+            setattr(base, f"_{name}_token", _private_special(name))
     _add(base, "encode_plus", _encode_plus)
     _add(base, "batch_encode_plus", _batch_encode_plus)
 
@@ -193,7 +215,7 @@ def patch_import_utils(module) -> None:
     tuple_always = isinstance(probe("clipbert_legacy_no_such_package"), tuple)
 
     def is_package_available(pkg_name, *args, **kwargs):
-        """transformers' probe, answering "not installed" for a package only the legacy layer stands in for."""
+        """transformers' probe: "not installed" for a package only the legacy layer stands in for."""
         if _stand_in_only(pkg_name):
             return (False, "N/A") if tuple_always or args or kwargs.get("return_version") else False
         return probe(pkg_name, *args, **kwargs)

@@ -7,7 +7,11 @@ its scripts through the legacy layer (``python -m clipbert_legacy.legacy``):
 
     OUT/model_config.json        ClipBERT's ``model_config`` (a BertConfig plus its visual keys), tiny
     OUT/detectron2_grid.yaml     ClipBERT's ``detectron2_model_cfg``: the grid-feature ResNet-50, thin
-    OUT/{task}.json              one ClipBERT ``--config`` per task: ret, qa_frameqa, qa_action, mc, vqa
+    OUT/frameqa_ans2label.json   the frameqa answers, padded to ClipBERT's 1,540 labels
+    OUT/vqa_val.jsonl            the VQA val rows plus "number" questions (ClipBERT needs every answer type)
+    OUT/pretrain_{split}_captions.jsonl   {coco_id, caption}: each video's caption with its VQA frame
+    OUT/{task}.json              one ClipBERT ``--config`` per task: ret, qa_frameqa, qa_action, mc, vqa,
+                                 pretrain
 
 Tiny on purpose (a few training steps of every script on two CPU cores): BERT of 2 layers x 64 and a
 ResNet-50 of detectron2's layout with an 8-channel stem. The tokenizer is the BERT vocabulary shipped in
@@ -98,18 +102,56 @@ def task_configs(data: Path, out: Path, runs: Path) -> dict[str, dict]:
     ret = {**_common(out, runs / "ret"), "train_datasets": [_split(data, "retrieval", "train")],
            "val_datasets": [_split(data, "retrieval", "val")], "loss_type": "ce", "itm_neg_size": 1,
            "eval_retrieval_batch_size": 8}
-    qa = {"ans2label_path": str(data / "txt" / "ans2label.json"), "loss_type": "ce"}
+    qa = {"ans2label_path": str(out / "frameqa_ans2label.json"), "loss_type": "ce"}
+    # TGIF-QA configs name one txt file per sub-task; the script picks txt[task]
+    qa_sets = {split: [{"name": "tgif_qa", "img": str(data / "vis_db"),
+                        "txt": {t: str(data / "txt" / f"{t}_{split}.jsonl") for t in ("frameqa", "action")}}]
+               for split in ("train", "val")}
     frameqa = {**_common(out, runs / "qa_frameqa"), **qa, "task": "frameqa",
-               "train_datasets": [_split(data, "frameqa", "train")], "val_datasets": [_split(data, "frameqa", "val")]}
-    action = {**_common(out, runs / "qa_action"), **qa, "task": "action", "ans2label_path": None,
-              "train_datasets": [_split(data, "action", "train")], "val_datasets": [_split(data, "action", "val")]}
-    mc = {**_common(out, runs / "ret"), "loss_type": "ce", "itm_neg_size": 1, "do_inference": 1,
-          "inference_txt_db": str(data / "txt" / "mc_val.jsonl"), "inference_img_db": str(data / "vis_db"),
-          "train_datasets": [_split(data, "retrieval", "train")], "val_datasets": [_split(data, "retrieval", "val")]}
+               "train_datasets": qa_sets["train"], "val_datasets": qa_sets["val"]}
+    action = {**frameqa, "output_dir": str(runs / "qa_action"), "task": "action"}
+    mc = {**ret, "do_inference": 1, "inference_txt_db": str(data / "txt" / "mc_val.jsonl"),
+          "inference_img_db": str(data / "vis_db")}
     vqa = {**_common(out, runs / "vqa"), "ans2label_path": str(data / "txt" / "vqa_ans2label.json"),
+           "num_labels": len(json.loads((data / "txt" / "vqa_ans2label.json").read_text())),
            "loss_type": "bce", "train_datasets": [_split(data, "vqa", "train", "vqa_img_db")],
-           "val_datasets": [_split(data, "vqa", "val", "vqa_img_db")]}
-    return {"ret": ret, "qa_frameqa": frameqa, "qa_action": action, "mc": mc, "vqa": vqa}
+           "val_datasets": [{"name": "demo", "txt": str(out / "vqa_val.jsonl"),
+                             "img": str(data / "vqa_img_db")}]}
+    images = str(data / "vqa_img_db")
+    pretrain = {**_common(out, runs / "pretrain"), "use_itm": 1, "use_mlm": 1, "itm_neg_prob": 0.5,
+                "train_datasets": [{"name": "coco_cap", "vis_format": "image", "img": images,
+                                    "txt": str(out / "pretrain_train_captions.jsonl")}],
+                "val_datasets": [{"name": "coco_cap", "vis_format": "image", "img": images,
+                                  "txt": str(out / "pretrain_val_captions.jsonl")}]}
+    return {"ret": ret, "qa_frameqa": frameqa, "qa_action": action, "mc": mc, "vqa": vqa,
+            "pretrain": pretrain}
+
+
+FRAMEQA_LABELS = 1540  # ClipBERT's frameqa head: max(len(ans2label), 1540) outputs
+
+
+def padded_ans2label(ans2label: dict) -> dict:
+    """The answer vocabulary padded to ClipBERT's 1,540 frameqa labels with never-true answers: its
+    evaluation maps every predicted label back to an answer, so a label past a small vocabulary raised."""
+    padded = dict(ans2label)
+    for i in range(len(padded), FRAMEQA_LABELS):
+        padded[f"[unused answer {i}]"] = i
+    return padded
+
+
+def vqa_rows_with_every_type(rows: list[dict]) -> list[dict]:
+    """The VQA rows plus one "number" question per image ("how many shapes are there?": 1, each demo image
+    has one shape): ClipBERT's evaluation divides by the count of each of VQA's answer types (yes/no, number,
+    other) and fails on a split without one. The answer "1" is not in the training vocabulary, so its
+    ``labels`` are empty and it scores 0, as ClipBERT scores any answer outside the vocabulary."""
+    next_id = max(r["question_id"] for r in rows) + 1
+    extra = []
+    for image_id in dict.fromkeys(r["image_id"] for r in rows):
+        extra.append({"question": "how many shapes are there?", "image_id": image_id, "question_id": next_id,
+                      "answers": ["1"] * 10, "labels": {}, "answer_type": "number",
+                      "question_type": "how many"})
+        next_id += 1
+    return rows + extra
 
 
 def write_clipbert_configs(data_dir, output_dir, runs_dir=None) -> dict[str, Path]:
@@ -119,6 +161,18 @@ def write_clipbert_configs(data_dir, output_dir, runs_dir=None) -> dict[str, Pat
     out.mkdir(parents=True, exist_ok=True)
     (out / "model_config.json").write_text(json.dumps(model_config(), indent=1))
     (out / "detectron2_grid.yaml").write_text(DETECTRON2_YAML)
+    ans2label = json.loads((data / "txt" / "ans2label.json").read_text())
+    (out / "frameqa_ans2label.json").write_text(json.dumps(padded_ans2label(ans2label)))
+    for split in ("train", "val"):  # image-text pairs: each demo video's caption with its VQA frame
+        text = (data / "txt" / f"retrieval_{split}.jsonl").read_text()
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        (out / f"pretrain_{split}_captions.jsonl").write_text("".join(
+            json.dumps({"coco_id": f"{r['clip_name']}_frame", "caption": r["caption"]}) + "\n" for r in rows))
+    vqa_val = data / "txt" / "vqa_val.jsonl"
+    if vqa_val.is_file():
+        rows = [json.loads(line) for line in vqa_val.read_text().splitlines() if line.strip()]
+        rows = vqa_rows_with_every_type(rows)
+        (out / "vqa_val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     paths = {}
     for name, cfg in task_configs(data, out, runs).items():
         paths[name] = out / f"{name}.json"

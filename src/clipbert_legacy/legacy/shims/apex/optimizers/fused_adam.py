@@ -8,8 +8,8 @@ import torch
 
 class FusedAdam(torch.optim.Adam):
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, adam_w_mode=True,
-                 weight_decay=0.0, amsgrad=False, set_grad_none=True, capturable=False,  # noqa: ARG002 (apex's)
-                 master_weights=False):  # noqa: ARG002 (apex's signature)
+                 weight_decay=0.0, amsgrad=False, set_grad_none=True, capturable=False,
+                 master_weights=False):
         if amsgrad:
             raise RuntimeError("FusedAdam does not support the AMSGrad variant.")
         if not bias_correction:

@@ -5,7 +5,7 @@ import torch
 
 class FusedSGD(torch.optim.SGD):
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False,
-                 wd_after_momentum=False, materialize_master_grads=True,  # noqa: ARG002 (apex's signature)
+                 wd_after_momentum=False, materialize_master_grads=True,
                  set_grad_none=False):
         if wd_after_momentum:
             raise ValueError("FusedSGD(wd_after_momentum=True) is not provided by the legacy layer; "

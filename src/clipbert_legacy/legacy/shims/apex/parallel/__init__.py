@@ -14,11 +14,11 @@ __all__ = ["DistributedDataParallel", "SyncBatchNorm", "convert_syncbn_model"]
 
 
 class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
-    def __init__(self, module, message_size=10000000, delay_allreduce=False,  # noqa: ARG002 (apex's)
-                 shared_param=None, allreduce_trigger_params=None, retain_allreduce_buffers=False,  # noqa: ARG002
-                 allreduce_always_fp32=False, num_allreduce_streams=1, allreduce_communicators=None,  # noqa: ARG002
-                 gradient_average=True, gradient_predivide_factor=1.0, gradient_average_split_factor=None,  # noqa: ARG002
-                 prof=False):  # noqa: ARG002 (apex's signature)
+    def __init__(self, module, message_size=10000000, delay_allreduce=False,
+                 shared_param=None, allreduce_trigger_params=None, retain_allreduce_buffers=False,
+                 allreduce_always_fp32=False, num_allreduce_streams=1, allreduce_communicators=None,
+                 gradient_average=True, gradient_predivide_factor=1.0, gradient_average_split_factor=None,
+                 prof=False):
         if not gradient_average:
             raise ValueError("apex.parallel.DistributedDataParallel(gradient_average=False) is not "
                              "provided by the legacy layer (torch's DDP averages); use the default")
