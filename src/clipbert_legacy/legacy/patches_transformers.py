@@ -24,8 +24,6 @@ so an installed transformers that still has a name keeps its own. The module pat
 """
 from __future__ import annotations
 
-import torch
-
 _MISSING = object()
 
 
@@ -35,6 +33,7 @@ def _add(owner, name, value) -> None:
 
 
 def _swish(x):
+    import torch
     return x * torch.sigmoid(x)
 
 
@@ -53,6 +52,7 @@ def patch_file_utils(module) -> None:
 
 def find_pruneable_heads_and_indices(heads, n_heads, head_size, already_pruned_heads):
     """transformers 3.x/4.x: the heads left to prune and the flat indices of the kept ones."""
+    import torch
     mask = torch.ones(n_heads, head_size)
     heads = set(heads) - already_pruned_heads
     for head in heads:
@@ -65,6 +65,7 @@ def find_pruneable_heads_and_indices(heads, n_heads, head_size, already_pruned_h
 
 def get_extended_attention_mask(self, attention_mask, input_shape, device=None):  # noqa: ARG001 (3.x)
     """3.x: a (B, 1, 1|L, L) additive mask, 0 where attended and -10000 where masked, in the model dtype."""
+    import torch
     if attention_mask.dim() == 3:
         extended = attention_mask[:, None, :, :]
     elif attention_mask.dim() == 2:
@@ -85,6 +86,7 @@ def get_extended_attention_mask(self, attention_mask, input_shape, device=None):
 
 def invert_attention_mask(self, encoder_attention_mask):
     """3.x: the encoder mask made additive (-1e4 in fp16 models, -1e9 otherwise)."""
+    import torch
     if encoder_attention_mask.dim() == 3:
         extended = encoder_attention_mask[:, None, :, :]
     else:
