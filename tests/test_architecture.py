@@ -33,7 +33,8 @@ ALLOWED = {
     "tasks": {"compat", "utils", "config", "datasets", "modeling", "optimization", "evaluation",
               "training"},
 }
-ALLOWED["legacy"] = set(ALLOWED)  # the legacy layer (ClipBERT-lineage forks) may use everything; nothing uses it
+# the legacy layer (ClipBERT-lineage forks run unmodified) may use everything; nothing uses it
+ALLOWED["legacy"] = set(ALLOWED)
 ALLOWED["entry"] = set(ALLOWED) | {"tasks", "preprocessing"}  # ``__main__`` modules: python -m <pkg>.x
 
 
