@@ -514,3 +514,52 @@ def test_the_stand_in_imports_without_the_real_packages():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "clipbert_legacy.legacy.shims.detectron2.modeling.meta_arch.build"
+
+
+_CLIPBERT_GRID_JOB = """
+import importlib, pkgutil, sys, types
+import torch
+import clipbert_legacy.legacy.shims.detectron2 as d2
+# what the layer's finder does: the stand-in's modules under detectron2's names
+for m in pkgutil.walk_packages(d2.__path__, d2.__name__ + "."):
+    importlib.import_module(m.name)
+for name, mod in list(sys.modules.items()):
+    if name == d2.__name__ or name.startswith(d2.__name__ + "."):
+        sys.modules["detectron2" + name[len(d2.__name__):]] = mod
+try:
+    import horovod.torch as hvd
+except ImportError:
+    from clipbert_legacy.compat import hvd
+    sys.modules["horovod"] = types.ModuleType("horovod")
+    sys.modules["horovod.torch"] = hvd
+hvd.init()
+sys.path.insert(0, sys.argv[1])  # the fork's repository root: its own top-level `src`
+from src.modeling.grid_feat import GridFeatBackbone  # ClipBERT's file, unmodified
+from clipbert_legacy.modeling.backbone import GridFeatBackbone as Ours, build_resnet
+theirs = GridFeatBackbone(sys.argv[2], types.SimpleNamespace(backbone_channel_in_size=2048, hidden_size=32))
+ours = Ours(build_resnet("resnet50"), 32)
+own, their_sd = ours.state_dict(), theirs.state_dict()
+assert set(own) <= set(their_sd), sorted(set(own) - set(their_sd))[:5]
+extra = sorted({k.split(".")[1] for k in set(their_sd) - set(own)})
+ours.load_state_dict({k: their_sd[k] for k in own})
+theirs.eval(); ours.eval()
+x = torch.randn(1, 2, 3, 64, 96)
+with torch.no_grad():
+    a, b = theirs(x), ours(x)
+print("RESULT", type(theirs.feature.roi_heads).__name__, extra, tuple(a.shape), torch.equal(a, b))
+"""
+
+
+@pytest.mark.skipif(not FORK.is_dir(),
+                    reason=f"the original ClipBERT is not at {FORK} (set CLIPBERT_FORK_DIR)")
+def test_clipberts_own_grid_backbone_runs_on_the_stand_in_and_equals_the_projects(tmp_path):
+    """ClipBERT's GridFeatBackbone (its grid_feat.py and grid_feats package, unmodified) builds its detectron2
+    model on the stand-in; the project's GridFeatBackbone holds the same keys (but for the detector heads)
+    and,
+    given ClipBERT's weights, computes bit-identical grid features."""
+    proc = subprocess.run([sys.executable, "-c", _CLIPBERT_GRID_JOB, str(FORK),
+                           str(FORK / "src" / "configs" / "detectron2_configs" / "R-50-grid.yaml")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT")).split(" ", 1)[1]
+    assert result == "AttributeStandardROIHeads ['proposal_generator', 'roi_heads'] (1, 2, 1, 1, 32) True"
