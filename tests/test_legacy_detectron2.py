@@ -555,8 +555,7 @@ print("RESULT", type(theirs.feature.roi_heads).__name__, extra, tuple(a.shape), 
 def test_clipberts_own_grid_backbone_runs_on_the_stand_in_and_equals_the_projects(tmp_path):
     """ClipBERT's GridFeatBackbone (its grid_feat.py and grid_feats package, unmodified) builds its detectron2
     model on the stand-in; the project's GridFeatBackbone holds the same keys (but for the detector heads)
-    and,
-    given ClipBERT's weights, computes bit-identical grid features."""
+    and, given ClipBERT's weights, computes bit-identical grid features."""
     proc = subprocess.run([sys.executable, "-c", _CLIPBERT_GRID_JOB, str(FORK),
                            str(FORK / "src" / "configs" / "detectron2_configs" / "R-50-grid.yaml")],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
