@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from clipbert_legacy.datasets.decoder import MAX_FRAME_PIXELS
+from clipbert_legacy.config.options import MAX_FRAME_PIXELS
 from clipbert_legacy.legacy.shims._unsupported import unsupported_function
 
 __all__ = ["read_video", "read_video_timestamps", "read_image", "decode_image", "read_file", "ImageReadMode",
