@@ -105,6 +105,11 @@ def test_random_transforms_follow_their_parameters():
     assert crop.shape == (3, 8, 8)
     composed = T.Compose([T.Lambda(lambda t: t * 2), T.RandomApply([T.Lambda(lambda t: t + 1)], p=1.0)])
     assert torch.equal(composed(img), img * 2 + 1)
+    # ALPRO's pretraining transform: a PIL resample constant as the interpolation, on a PIL image
+    alpro = T.Compose([T.RandomResizedCrop(32, scale=(0.2, 1.0), interpolation=Image.BICUBIC),
+                       T.RandomHorizontalFlip()])
+    out = alpro(_pil(40, 60))
+    assert isinstance(out, Image.Image) and out.size == (32, 32)
 
 
 def test_dtype_conversion_and_grayscale():
