@@ -4,6 +4,8 @@ A legacy fork imports many names it never calls (ClipBERT's grid-feature code im
 heads, samplers and masks at module level). The stand-ins define those names, so the import succeeds, and
 make the first *use* fail with one line that names the thing and what to do, never a deep traceback.
 """
+import re
+
 from clipbert_legacy.utils.errors import UserError
 
 __all__ = ["NotProvidedError", "FIXES", "not_provided", "unsupported_function", "unsupported_class"]
@@ -25,7 +27,7 @@ class NotProvidedError(UserError, NotImplementedError):
 
 def not_provided(qualname: str, what: str = "") -> NotProvidedError:
     """``qualname`` (``detectron2.modeling.poolers.ROIPooler.forward``) as one line with the package's fix."""
-    top = qualname.split(".")[0]
+    top = re.match(r"\w*", qualname).group()  # "detectron2" of "detectron2.x.y" and of "detectron2's X"
     detail = f" ({what})" if what else ""
     fix = FIXES.get(top, "install the real package")
     return NotProvidedError(f"{qualname}{detail} is not provided: {fix}")

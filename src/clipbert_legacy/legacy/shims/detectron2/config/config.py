@@ -131,8 +131,9 @@ class CfgNode(_FvcoreCfgNode):
         """``["MODEL.WEIGHTS", "x.pth", ...]`` as yacs, with a one-line error for an unknown key."""
         try:
             super().merge_from_list(cfg_list)
-        except KeyError as e:
-            raise ConfigKeyError(f"config list: {e.args[0] if e.args else e}") from e
+        except (KeyError, AssertionError) as e:  # yacs asserts on an unknown key of a list
+            detail = e.args[0] if e.args else e
+            raise ConfigKeyError(f"config list: {detail} (not a key of this config)") from e
 
 
 

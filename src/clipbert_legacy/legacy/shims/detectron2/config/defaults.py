@@ -5,8 +5,6 @@ from .config import CfgNode as CN
 
 __all__ = ["_C"]
 
-_REG4 = (10.0, 10.0, 5.0, 5.0)
-
 _DEFAULTS = {
     "VERSION": 2,
     "MODEL": {
@@ -31,13 +29,14 @@ _DEFAULTS = {
             "SCORE_THRESH_TEST": 0.05, "NMS_THRESH_TEST": 0.5, "PROPOSAL_APPEND_GT": True,
         },
         "ROI_BOX_HEAD": {
-            "NAME": "", "BBOX_REG_WEIGHTS": _REG4, "SMOOTH_L1_BETA": 0.0, "POOLER_RESOLUTION": 14,
+            "NAME": "", "BBOX_REG_WEIGHTS": (10.0, 10.0, 5.0, 5.0), "SMOOTH_L1_BETA": 0.0,
+            "POOLER_RESOLUTION": 14,
             "POOLER_SAMPLING_RATIO": 0, "POOLER_TYPE": "ROIAlignV2", "NUM_FC": 0, "FC_DIM": 1024,
             "NUM_CONV": 0, "CONV_DIM": 256, "NORM": "", "CLS_AGNOSTIC_BBOX_REG": False,
             "TRAIN_ON_PRED_BOXES": False,
         },
         "ROI_BOX_CASCADE_HEAD": {
-            "BBOX_REG_WEIGHTS": (_REG4, (20.0, 20.0, 10.0, 10.0), (30.0, 30.0, 15.0, 15.0)),
+            "BBOX_REG_WEIGHTS": ((10.0, 10.0, 5.0, 5.0), (20.0, 20.0, 10.0, 10.0), (30.0, 30.0, 15.0, 15.0)),
             "IOUS": (0.5, 0.6, 0.7),
         },
         "ROI_MASK_HEAD": {
