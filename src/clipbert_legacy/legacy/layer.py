@@ -6,10 +6,10 @@ asks for it.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import dataclass
 
+from clipbert_legacy.compat.launcher_env import under_torchrun
 from clipbert_legacy.legacy import patches_lmdb, patches_transformers
 from clipbert_legacy.legacy.finder import FrontFinder, ShimFinder, apply_now_or_on_import
 
@@ -26,17 +26,6 @@ class Layer:
 
 
 _INSTALLED: list[Layer] = []
-
-
-def under_horovodrun() -> bool:
-    return "HOROVOD_RANK" in os.environ
-
-
-def under_torchrun() -> bool:
-    """torchrun (or any launcher of torch.distributed's env:// kind) started this process."""
-    if under_horovodrun():
-        return False
-    return "TORCHELASTIC_RUN_ID" in os.environ or ("WORLD_SIZE" in os.environ and "RANK" in os.environ)
 
 
 def installed() -> Layer | None:

@@ -6,12 +6,13 @@ ClipBERT starts its processes with ``hvd.init()`` and never initialises ``torch.
 helpers only looked at ``torch.distributed``, so under Horovod they said world size 1. Here they ask Horovod
 first, so ``get_world_size()`` is the job's size under horovodrun and torchrun alike.
 """
-import os
 import sys
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from clipbert_legacy.compat import launcher_env
 
 __all__ = ["get_world_size", "get_rank", "get_local_rank", "get_local_size", "is_main_process",
            "synchronize", "all_gather", "gather", "reduce_dict", "shared_random_seed"]
@@ -54,7 +55,7 @@ def get_local_rank() -> int:
     if hvd is not None:
         return hvd.local_rank()
     if _torch_dist():
-        return int(os.environ.get("LOCAL_RANK", 0))
+        return launcher_env.torchrun_process().local_rank
     return 0
 
 
@@ -64,7 +65,7 @@ def get_local_size() -> int:
     if hvd is not None:
         return hvd.local_size()
     if _torch_dist():
-        return int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size()))
+        return launcher_env.torchrun_process().local_size
     return 1
 
 

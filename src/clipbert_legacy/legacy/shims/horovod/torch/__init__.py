@@ -8,7 +8,7 @@ world that torchrun started (gloo on CPU, nccl on GPU): every name of horovod.to
 import logging
 
 from clipbert_legacy.compat import hvd as _hvd
-from clipbert_legacy.legacy.layer import under_torchrun
+from clipbert_legacy.compat.launcher_env import under_torchrun
 
 __all__ = list(_hvd.__all__)
 globals().update({name: getattr(_hvd, name) for name in __all__})
