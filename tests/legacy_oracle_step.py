@@ -100,7 +100,8 @@ def retrieval_metrics(model, b, evaluate):
     with torch.no_grad():
         for v in range(len(CAPTIONS)):
             out = model({"visual_inputs": videos[v:v + 1].clone(),
-                         "text_input_ids": b["text_input_ids"].clone(), "text_input_mask": b["text_input_mask"].clone(), "n_examples_list": [len(CAPTIONS)]})
+                         "text_input_ids": b["text_input_ids"].clone(),
+                         "text_input_mask": b["text_input_mask"].clone(), "n_examples_list": [len(CAPTIONS)]})
             probs = torch.softmax(out["logits"], dim=1)[:, 1].tolist()
             scores += [{"vid_id": v, "txt_id": t, "score": s} for t, s in enumerate(probs)]
     model.train()

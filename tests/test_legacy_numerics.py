@@ -1,8 +1,8 @@
 """The original ClipBERT is an oracle for the project: same weights, same batch, same numbers.
 
 ``tests/legacy_oracle_step.py`` runs through the legacy layer with the ClipBERT checkout as its root:
-ClipBERT's own model (its BERT, the grid-feature ResNet-50 from its detectron2 config) takes one retrieval training step
-(its loss, ``amp.scale_loss`` backward); its weights are loaded into the project's model as a ClipBERT
+ClipBERT's own model (its BERT, the grid-feature ResNet-50 from its detectron2 config) takes one retrieval
+training step (its loss, ``amp.scale_loss`` backward); its weights are loaded into the project's model as a ClipBERT
 end-to-end checkpoint, which takes the same step on the same batch. Then both score six videos against six
 captions (ClipBERT's inference score) and each side's ``eval_retrieval`` turns the scores into metrics.
 
