@@ -4,7 +4,8 @@
 ClipBERT's own model (its BERT, the grid-feature ResNet-50 from its detectron2 config) takes one retrieval
 training step (its loss, ``amp.scale_loss`` backward); its weights are loaded into the project's model as a
 ClipBERT end-to-end checkpoint, which takes the same step on the same batch. Then both score six videos
-against six captions (ClipBERT's inference score) and each side's ``eval_retrieval`` turns the scores into metrics.
+against six captions (ClipBERT's inference score) and each side's ``eval_retrieval`` turns the scores into
+metrics.
 
 Tolerances: the loss to 1e-6 (it is bit-identical here: same operations in the same order), the gradients
 to 1e-5 of their norm over all parameters (and 1e-6 absolute), logits to 1e-6, metrics to 1e-9. Dropout is
