@@ -77,6 +77,7 @@ def test_vqa_under_horovodrun(work):
     metric, output = run(work, "vqa", "horovodrun")
     assert "overall_acc" in metric and "number_acc" in metric
     assert "n_gpu: 2" in output
+    assert "horovod.torch is clipbert_legacy.compat.hvd" not in output  # the installed Horovod ran it
 
 
 def test_pretraining_mlm_itm(work):

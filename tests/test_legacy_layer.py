@@ -94,6 +94,25 @@ def test_an_apex_without_amp_gets_the_projects_amp_with_one_log_line(tmp_path):
     assert proc.stderr.count("has no amp") == 1, proc.stderr
 
 
+def test_a_torchvision_that_cannot_load_falls_back_to_the_stand_in_and_transformers_works(tmp_path):
+    """PyPI's torchvision next to a CPU torch raises at import; transformers imports torchvision when it
+    finds one. With the layer: the stand-in, one log line, and transformers does not take the stand-in."""
+    files = {"real/torchvision/__init__.py":
+             "raise RuntimeError('operator torchvision::nms does not exist')\n"}
+    script = """
+        import json
+        from transformers.utils import is_torchvision_available
+        import transformers.modeling_utils
+        import torchvision
+        from torchvision.transforms.functional import resize
+        print(json.dumps([is_torchvision_available(), "shims" in torchvision.__file__, callable(resize)]))
+    """
+    path = make_fork(tmp_path, script, files=files)
+    proc = run_python([*LAUNCH, path], env={"PYTHONPATH": str(tmp_path / "fork" / "real")}, cwd=tmp_path)
+    assert result(proc) == [False, True, True]
+    assert proc.stderr.count("does not import next to torch") == 1, proc.stderr
+
+
 def test_real_horovod_is_used_without_torchrun(tmp_path):
     pytest.importorskip("horovod.torch")
     script = """

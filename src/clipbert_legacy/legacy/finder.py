@@ -208,6 +208,7 @@ class FrontFinder(importlib.abc.MetaPathFinder):
             logger.warning("legacy layer: the installed %s does not import next to torch %s (%s); "
                            "using the layer's stand-in", fullname, _torch_version(), first[:200])
             self.fallback.discard(fullname)
+            self.use_shim[fullname] = _always  # from now on: the stand-in, before the broken package
             return shim_spec(fullname)
         finally:
             self._busy.discard(fullname)
@@ -215,6 +216,10 @@ class FrontFinder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_loader(fullname, _AlreadyLoaded(module),
                                                origin=module.__spec__.origin,
                                                is_package=hasattr(module, "__path__"))
+
+
+def _always() -> bool:
+    return True
 
 
 def _torch_version():
