@@ -288,8 +288,8 @@ def test_hooks_read_the_trainer_only_through_the_trainer_view(tmp_path):
     import typing
 
     from clipbert_legacy.training.contracts import TrainerView
-    view = set(typing.get_type_hints(TrainerView, localns={"Config": object, "Task": object,
-                                                           "RunState": object, "EventRecord": object})) \
+    view = set(typing.get_type_hints(TrainerView, localns={"Config": object, "RunState": object,
+                                                           "EventRecord": object})) \
         | {n for n in vars(TrainerView) if not n.startswith("_")}
     hooks = _hook_classes_and_trainer_reads()
     assert len(hooks) >= 7, hooks  # the 4 default hooks, the profiler, elastic commit, the bad-video hook

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from clipbert_legacy.training.events import EventRecord
     from clipbert_legacy.training.plan import RunPlan
     from clipbert_legacy.training.run_state import RunState, ValidationRecord
-    from clipbert_legacy.training.task import Task
 
 
 @dataclass
@@ -54,7 +53,7 @@ class TrainerView(Protocol):
     project reads only these names and that the Trainer has each of them."""
 
     cfg: Config
-    task: Task
+    task: object  # the run's training.task.Task (not imported: task.py imports this module)
     state: RunState
     events: EventRecord
 

@@ -24,6 +24,7 @@ import os
 import pickle
 import re
 import zipfile
+from typing import NoReturn
 
 import torch
 
@@ -85,7 +86,7 @@ class _WeightsUnpickler(pickle.Unpickler):
             raise _refusal(self.path, f"the global {module}.{name}", self.fix)
         return found
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid) -> NoReturn:
         raise _refusal(self.path, f"a persistent object ({str(pid)[:60]})", self.fix)
 
 
