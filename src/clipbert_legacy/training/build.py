@@ -14,10 +14,13 @@ recipe ``setup()``), into one frozen :class:`Components`.
     -> the checkpointer
 
 Nothing in :class:`Components` is replaced after it is built, and no code outside this module assigns
-a trainer attribute or a config value: a change of the world (Horovod elastic) is an explicit
-:func:`rebuild`, and accepting a run (its files, rank 0's writers) is :func:`accept_run`; both return new
-Components holding the same model and optimizer. The engine (``clipbert_legacy.training.engine``) runs the
-loop.
+a trainer attribute or a training config value (two places fill a config before this: the config layer
+derives keys while it parses, and inference's ``prepare_inference_config`` sets ``output_dir``,
+``model_config`` and ``inference_model_step`` of an inference config; ``tests/test_engine_build.py``
+exempts exactly these). A change of the world (Horovod elastic) is an explicit :func:`rebuild`, and
+accepting a run (its files, rank 0's writers) is :func:`accept_run`, which every run goes through; both
+return new Components holding the same model and optimizer. The engine
+(``clipbert_legacy.training.engine``) runs the loop.
 """
 from __future__ import annotations
 

@@ -26,9 +26,9 @@ rank-0 duties; the plan and run-directory outcome rank 0 sends), never an assign
 from __future__ import annotations
 
 import logging
-import os
 
 import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.compat import launcher_env
 from clipbert_legacy.training.contracts import Hook
 from clipbert_legacy.training.plan import RunPlan
 from clipbert_legacy.utils.errors import UserError
@@ -36,14 +36,8 @@ from clipbert_legacy.utils.errors import UserError
 logger = logging.getLogger(__name__)
 
 
-def horovod_elastic() -> bool:
-    """This process was started by ``horovodrun`` in elastic mode."""
-    return os.environ.get("HOROVOD_ELASTIC") == "1"
-
-
-def torchrun_restarts() -> int:
-    """``torchrun --max-restarts`` of this worker's launcher (0 outside torchrun)."""
-    return int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+horovod_elastic = launcher_env.horovod_elastic  # started by horovodrun in elastic mode
+torchrun_restarts = launcher_env.torchrun_max_restarts  # torchrun --max-restarts (0 outside torchrun)
 
 
 def check_horovod_backend() -> None:
