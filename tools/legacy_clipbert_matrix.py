@@ -34,8 +34,8 @@ def fork_dir() -> Path:
 
 @dataclass(frozen=True)
 class Case:
-    """One ClipBERT run: its script, its config (a ``clipbert_format`` name), extra arguments, and the
-    run whose checkpoint an inference case loads (``infer_of``)."""
+    """One ClipBERT run: its script, its config (a ``clipbert_format`` name), extra arguments, the run
+    whose checkpoint an inference case loads (``infer_of``) and its test file (relative to the work dir)."""
     script: str
     config: str
     args: tuple = ()
@@ -46,14 +46,14 @@ class Case:
 CASES = {
     "ret": Case("src/tasks/run_video_retrieval.py", "ret"),
     "ret_infer": Case("src/tasks/run_video_retrieval.py", "ret", infer_of="ret",
-                      test_txt="retrieval_test.jsonl"),
+                      test_txt="data/txt/retrieval_test.jsonl"),
     "qa_frameqa": Case("src/tasks/run_video_qa.py", "qa_frameqa"),
     "qa_frameqa_infer": Case("src/tasks/run_video_qa.py", "qa_frameqa", infer_of="qa_frameqa",
-                             test_txt="frameqa_test.jsonl"),
+                             test_txt="data/txt/frameqa_test.jsonl"),
     "qa_action": Case("src/tasks/run_video_qa.py", "qa_action"),
     "mc": Case("src/tasks/run_msrvtt_mc.py", "mc", infer_of="ret"),
     "vqa": Case("src/tasks/run_vqa.py", "vqa", ("--train_batch_size", "4")),
-    "vqa_infer": Case("src/tasks/run_vqa.py", "vqa", infer_of="vqa", test_txt="vqa_test.jsonl"),
+    "vqa_infer": Case("src/tasks/run_vqa.py", "vqa", infer_of="vqa", test_txt="configs/vqa_test.jsonl"),
     "pretrain": Case("src/pretrain/run_pretrain.py", "pretrain"),
 }
 METRIC_LINE = re.compile(r"validation finished in .*")
@@ -90,7 +90,7 @@ def command(case: Case, launcher: str, configs: dict[str, Path], work_dir: Path,
                  "--inference_model_step", str(latest_step(source))]
         if case.test_txt:
             db = "vqa_img_db" if case.config == "vqa" else "vis_db"
-            args += ["--inference_txt_db", str(work_dir / "data" / "txt" / case.test_txt),
+            args += ["--inference_txt_db", str(work_dir / case.test_txt),
                      "--inference_img_db", str(work_dir / "data" / db)]
     else:
         args += ["--output_dir", str(runs / out_name)]

@@ -8,7 +8,7 @@ its scripts through the legacy layer (``python -m clipbert_legacy.legacy``):
     OUT/model_config.json        ClipBERT's ``model_config`` (a BertConfig plus its visual keys), tiny
     OUT/detectron2_grid.yaml     ClipBERT's ``detectron2_model_cfg``: the grid-feature ResNet-50, thin
     OUT/frameqa_ans2label.json   the frameqa answers, padded to ClipBERT's 1,540 labels
-    OUT/vqa_val.jsonl            the VQA val rows plus "number" questions (ClipBERT needs every answer type)
+    OUT/vqa_{val,test}.jsonl     the VQA rows plus "number" questions (ClipBERT needs every answer type)
     OUT/pretrain_{split}_captions.jsonl   {coco_id, caption}: each video's caption with its VQA frame
     OUT/{task}.json              one ClipBERT ``--config`` per task: ret, qa_frameqa, qa_action, mc, vqa,
                                  pretrain
@@ -168,11 +168,12 @@ def write_clipbert_configs(data_dir, output_dir, runs_dir=None) -> dict[str, Pat
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
         (out / f"pretrain_{split}_captions.jsonl").write_text("".join(
             json.dumps({"coco_id": f"{r['clip_name']}_frame", "caption": r["caption"]}) + "\n" for r in rows))
-    vqa_val = data / "txt" / "vqa_val.jsonl"
-    if vqa_val.is_file():
-        rows = [json.loads(line) for line in vqa_val.read_text().splitlines() if line.strip()]
-        rows = vqa_rows_with_every_type(rows)
-        (out / "vqa_val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for split in ("val", "test"):
+        vqa = data / "txt" / f"vqa_{split}.jsonl"
+        if vqa.is_file():
+            rows = [json.loads(line) for line in vqa.read_text().splitlines() if line.strip()]
+            rows = vqa_rows_with_every_type(rows)
+            (out / f"vqa_{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     paths = {}
     for name, cfg in task_configs(data, out, runs).items():
         paths[name] = out / f"{name}.json"
