@@ -144,34 +144,10 @@ def test_horovod_torch_under_torchrun_is_the_projects_layer_with_the_whole_world
     assert "horovod.torch is clipbert_legacy.compat.hvd" in proc.stderr
 
 
-def test_apex_amp_o1_with_two_losses_and_loss_ids(tmp_path):
-    """UNITER/HERO style: amp.initialize(model, [opt1, opt2], O1, num_losses=2), scale_loss(loss_id=i),
-    delay_unscale on the first, master_params and state_dict."""
-    script = """
-        import json, torch
-        from apex import amp
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
-        o1 = torch.optim.SGD(model[0].parameters(), lr=0.1)
-        o2 = torch.optim.SGD(model[2].parameters(), lr=0.1)
-        model, (o1, o2) = amp.initialize(model, [o1, o2], opt_level="O1", num_losses=2, verbosity=0)
-        x = torch.randn(3, 4)
-        out = model(x)
-        with amp.scale_loss(out.pow(2).mean(), o1, loss_id=0, delay_unscale=True) as s:
-            s.backward(retain_graph=True)
-        with amp.scale_loss(out.abs().mean(), o2, loss_id=1) as s:
-            s.backward()
-        o2.step()
-        state = amp.state_dict()
-        print(json.dumps({"keys": sorted(state), "n_master": len(list(amp.master_params(o2))),
-                          "out_dtype": str(out.dtype)}))
-    """
-    got = result(launch(tmp_path, script))
-    assert got["keys"] == ["loss_scaler0", "loss_scaler1"]
-    assert got["n_master"] == 2
-
-
-def test_apex_optimizers_match_torch_and_lamb_follows_apex_rule(tmp_path):
+@pytest.fixture(scope="module")
+def apex_results(tmp_path_factory):
+    """apex.amp (UNITER/HERO style: O1, two optimizers, num_losses=2, scale_loss(loss_id=i), delay_unscale on
+    the first, master_params, state_dict) and apex.optimizers against torch's, in one fork process."""
     script = """
         import json, torch
         from apex.optimizers import FusedAdam, FusedLAMB, FusedSGD
@@ -184,7 +160,7 @@ def test_apex_optimizers_match_torch_and_lamb_follows_apex_rule(tmp_path):
                 opt.step()
                 opt.zero_grad()
             return w.detach()
-        out = {
+        opt_out = {
           "adamw": (run(lambda p: FusedAdam(p, lr=0.01, weight_decay=0.1))
                     - run(lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1))).abs().max().item(),
           "adam_l2": (run(lambda p: FusedAdam(p, lr=0.01, weight_decay=0.1, adam_w_mode=False))
@@ -204,15 +180,42 @@ def test_apex_optimizers_match_torch_and_lamb_follows_apex_rule(tmp_path):
         opt = FusedLAMB([w], lr=0.01, weight_decay=0.01)
         (w ** 3).sum().backward()
         opt.step()
-        out["lamb"] = (w.detach() - want).abs().max().item()
-        print(json.dumps(out))
+        opt_out["lamb"] = (w.detach() - want).abs().max().item()
+        from apex import amp  # O1 patches torch functions: after the optimizer checks
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        o1 = torch.optim.SGD(model[0].parameters(), lr=0.1)
+        o2 = torch.optim.SGD(model[2].parameters(), lr=0.1)
+        model, (o1, o2) = amp.initialize(model, [o1, o2], opt_level="O1", num_losses=2, verbosity=0)
+        x = torch.randn(3, 4)
+        out = model(x)
+        with amp.scale_loss(out.pow(2).mean(), o1, loss_id=0, delay_unscale=True) as s:
+            s.backward(retain_graph=True)
+        with amp.scale_loss(out.abs().mean(), o2, loss_id=1) as s:
+            s.backward()
+        o2.step()
+        state = amp.state_dict()
+        AMP = {"keys": sorted(state), "n_master": len(list(amp.master_params(o2)))}
+        print(json.dumps({"amp": AMP, "optimizers": opt_out}))
     """
-    got = result(launch(tmp_path, script))
+    return result(launch(tmp_path_factory.mktemp("apex"), script))
+
+
+def test_apex_amp_o1_with_two_losses_and_loss_ids(apex_results):
+    got = apex_results["amp"]
+    assert got["keys"] == ["loss_scaler0", "loss_scaler1"]
+    assert got["n_master"] == 2
+
+
+def test_apex_optimizers_match_torch_and_lamb_follows_apex_rule(apex_results):
+    got = apex_results["optimizers"]
     assert got["adamw"] < 1e-6 and got["adam_l2"] < 1e-6 and got["sgd"] < 1e-6, got
     assert got["lamb"] < 1e-6, got
 
 
-def test_torch_six_uint8_masks_and_lmdb_reopen(tmp_path):
+@pytest.fixture(scope="module")
+def torch_results(tmp_path_factory):
+    """torch._six, uint8 masks, lmdb's re-open and --cpu on CUDA-only code, in one fork process."""
     script = """
         import json, tempfile, torch, lmdb
         from torch._six import string_classes, container_abcs, inf
@@ -228,14 +231,37 @@ def test_torch_six_uint8_masks_and_lmdb_reopen(tmp_path):
         b = lmdb.open(d, readonly=True)
         with b.begin() as txn:
             value = txn.get(b"k").decode()
-        print(json.dumps({"six": [string_classes == (str, bytes), container_abcs.Mapping is not None, inf],
-                          "filled": filled.tolist(), "picked": picked.tolist(),
-                          "same_env": a is b is env, "value": value}))
+        SIX = {"six": [string_classes == (str, bytes), container_abcs.Mapping is not None, inf],
+               "filled": filled.tolist(), "picked": picked.tolist(), "same_env": a is b is env,
+               "value": value}
+
+        torch.cuda.set_device(0)
+        model = torch.nn.Linear(3, 2).to(torch.device("cuda", 0)).cuda()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            x = torch.ones(4, 3).cuda(non_blocking=True)
+        torch.cuda.current_stream().wait_stream(stream)
+        x.record_stream(torch.cuda.current_stream())
+        buf = torch.cuda.ByteTensor(5)
+        y = model(x.to("cuda:0"))
+        CPU = [str(y.device), str(buf.device), buf.dtype == torch.uint8, list(y.shape)]
+        print(json.dumps({"six": SIX, "cpu": CPU}))
     """
-    got = result(launch(tmp_path, script, "--uint8-masks"))
+    proc = launch(tmp_path_factory.mktemp("torch"), script, "--cpu", "--uint8-masks")
+    return result(proc), proc.stderr
+
+
+def test_torch_six_uint8_masks_and_lmdb_reopen(torch_results):
+    got = torch_results[0]["six"]
     assert got["six"] == [True, True, float("inf")]
     assert got["filled"] == [[-1, 0, -1], [0, 0, -1]] and got["picked"] == [0, 2, 5]
     assert got["same_env"] and got["value"] == "v"
+
+
+def test_cpu_mode_runs_cuda_only_code(torch_results):
+    got, stderr = torch_results
+    assert got["cpu"] == ["cpu", "cpu", True, [4, 2]]
+    assert stderr.count("--cpu: CUDA calls run on the CPU") == 1
 
 
 def test_uint8_masks_are_opt_in(tmp_path):
@@ -296,25 +322,6 @@ def test_transformers_3x_names_lifecycle_masks_and_tokenizer(tmp_path):
     assert got["heads"] == [None, None, None]
     assert got["index"] == [0, 1, 2, 3]
     assert got["bert_model"] == "BertModel" and got["enc"] == [2, 6] and got["pad"] == "[PAD]"
-
-
-def test_cpu_mode_runs_cuda_only_code(tmp_path):
-    script = """
-        import json, torch
-        torch.cuda.set_device(0)
-        model = torch.nn.Linear(3, 2).to(torch.device("cuda", 0)).cuda()
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            x = torch.ones(4, 3).cuda(non_blocking=True)
-        torch.cuda.current_stream().wait_stream(stream)
-        x.record_stream(torch.cuda.current_stream())
-        buf = torch.cuda.ByteTensor(5)
-        y = model(x.to("cuda:0"))
-        print(json.dumps([str(y.device), str(buf.device), buf.dtype == torch.uint8, list(y.shape)]))
-    """
-    proc = launch(tmp_path, script, "--cpu")
-    assert result(proc) == ["cpu", "cpu", True, [4, 2]]
-    assert proc.stderr.count("--cpu: CUDA calls run on the CPU") == 1
 
 
 def test_the_forks_own_src_wins(tmp_path):
