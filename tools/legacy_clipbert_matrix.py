@@ -125,6 +125,17 @@ def run_case(name: str, launcher: str, configs, work_dir: Path, fork: Path, time
     return proc.returncode, time.monotonic() - start, (metrics[-1] if metrics else ""), output
 
 
+def failure_excerpt(output: str, n: int = 8) -> list[str]:
+    """The first error a rank raised (a launcher's own 'one or more processes exited' comes last), else
+    the output's last lines."""
+    lines = output.strip().splitlines()
+    for i, line in enumerate(lines):
+        if re.search(r"\b\w*(Error|Exception)\b", line) and "Horovod detected" not in line \
+                and "ChildFailedError" not in line and not line.lstrip().startswith("File "):
+            return lines[max(0, i - n + 1):i + 1]
+    return lines[-n:]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--fork", type=Path, default=None,
@@ -148,7 +159,7 @@ def main(argv=None) -> int:
             print(f"{launcher:10s} {name:17s} {status:14s} {seconds:6.1f}s  {metric[:150]}", flush=True)
             if rc != 0:
                 failed += 1
-                print("    " + "\n    ".join(output.strip().splitlines()[-8:]), flush=True)
+                print("    " + "\n    ".join(failure_excerpt(output)), flush=True)
     print(f"{failed} failed" if failed else "all runs passed")
     return 1 if failed else 0
 

@@ -8,6 +8,7 @@ its scripts through the legacy layer (``python -m clipbert_legacy.legacy``):
     OUT/model_config.json        ClipBERT's ``model_config`` (a BertConfig plus its visual keys), tiny
     OUT/detectron2_grid.yaml     ClipBERT's ``detectron2_model_cfg``: the grid-feature ResNet-50, thin
     OUT/frameqa_ans2label.json   the frameqa answers, padded to ClipBERT's 1,540 labels
+    OUT/mc_{val,test}.jsonl      the MC rows with string question ids (ClipBERT's multi-GPU merge needs them)
     OUT/vqa_{val,test}.jsonl     the VQA rows plus "number" questions (ClipBERT needs every answer type)
     OUT/pretrain_{split}_captions.jsonl   {coco_id, caption}: each video's caption with its VQA frame
     OUT/{task}.json              one ClipBERT ``--config`` per task: ret, qa_frameqa, qa_action, mc, vqa,
@@ -110,7 +111,7 @@ def task_configs(data: Path, out: Path, runs: Path) -> dict[str, dict]:
     frameqa = {**_common(out, runs / "qa_frameqa"), **qa, "task": "frameqa",
                "train_datasets": qa_sets["train"], "val_datasets": qa_sets["val"]}
     action = {**frameqa, "output_dir": str(runs / "qa_action"), "task": "action"}
-    mc = {**ret, "do_inference": 1, "inference_txt_db": str(data / "txt" / "mc_val.jsonl"),
+    mc = {**ret, "do_inference": 1, "inference_txt_db": str(out / "mc_val.jsonl"),
           "inference_img_db": str(data / "vis_db")}
     vqa = {**_common(out, runs / "vqa"), "ans2label_path": str(data / "txt" / "vqa_ans2label.json"),
            "num_labels": len(json.loads((data / "txt" / "vqa_ans2label.json").read_text())),
@@ -168,6 +169,13 @@ def write_clipbert_configs(data_dir, output_dir, runs_dir=None) -> dict[str, Pat
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
         (out / f"pretrain_{split}_captions.jsonl").write_text("".join(
             json.dumps({"coco_id": f"{r['clip_name']}_frame", "caption": r["caption"]}) + "\n" for r in rows))
+    for split in ("val", "test"):  # MC question ids as strings: ClipBERT's multi-GPU inference merges the
+        # ranks' predictions through JSON, whose keys are strings, and then compares them with the file's ids
+        mc = data / "txt" / f"mc_{split}.jsonl"
+        if mc.is_file():
+            rows = [json.loads(line) for line in mc.read_text().splitlines() if line.strip()]
+            (out / f"mc_{split}.jsonl").write_text("".join(json.dumps({**r, "qid": str(r["qid"])}) + "\n"
+                                                           for r in rows))
     for split in ("val", "test"):
         vqa = data / "txt" / f"vqa_{split}.jsonl"
         if vqa.is_file():
