@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -79,6 +80,12 @@ def latest_step(run_dir: Path) -> int:
     return max(steps)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def command(case: Case, launcher: str, configs: dict[str, Path], work_dir: Path, fork: Path,
             out_name: str) -> list[str]:
     """The argv of one run (launcher prefix + the layer's launcher + ClipBERT's script and arguments)."""
@@ -102,7 +109,6 @@ def command(case: Case, launcher: str, configs: dict[str, Path], work_dir: Path,
         return [py, "-m", "clipbert_legacy.compat.loopback", "horovodrun", "-np", "2", "-H", "localhost:2",
                 "--gloo", py, *layer]
     if launcher == "torchrun":
-        from tests.mp_utils import free_port
         return [py, "-m", "clipbert_legacy.compat.loopback", "torchrun", "--nproc_per_node", "2",
                 "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *layer]
     return [py, *layer]
