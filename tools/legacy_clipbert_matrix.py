@@ -92,7 +92,7 @@ def command(case: Case, launcher: str, configs: dict[str, Path], work_dir: Path,
     runs = work_dir / "runs"
     args = ["--config", str(configs[case.config]), *case.args]
     if case.infer_of is not None:
-        source = runs / case.infer_of
+        source = runs / out_name  # the training run of the same launcher
         args += ["--do_inference", "1", "--output_dir", str(source),
                  "--inference_model_step", str(latest_step(source))]
         if case.test_txt:
@@ -118,10 +118,12 @@ def run_case(name: str, launcher: str, configs, work_dir: Path, fork: Path, time
     """Run one case; returns (returncode, seconds, ClipBERT's last metric line, combined output)."""
     import subprocess
     case = CASES[name]
-    out_name = name if launcher in ("python",) else f"{name}_{launcher}"
-    if case.infer_of is not None and launcher != "python":
-        out_name = case.infer_of
-    cmd = command(case, launcher, configs, work_dir, fork, out_name)
+    suffix = "" if launcher == "python" else f"_{launcher}"
+    out_name = (case.infer_of or name) + suffix
+    try:
+        cmd = command(case, launcher, configs, work_dir, fork, out_name)
+    except FileNotFoundError as e:  # an inference case whose training case did not run or failed
+        return 1, 0.0, "", str(e)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
            f"{os.environ.get('PATH', '')}"}
     start = time.monotonic()
