@@ -41,6 +41,7 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from src.config.options import FRAME_SAMPLING_STRATEGIES as SAMPLING_STRATEGIES  # the option's choices
+from src.datasets.mp4_claims import ImplausibleIndex, check_sample_tables
 from src.datasets.packet_window import (
     SEEK_MARGIN,
     decode_segment,
@@ -58,7 +59,7 @@ class VideoDecodeError(Exception):
     """A video could not yield frames. `reason` is one of REASONS; str() is a one-line message."""
 
     REASONS = ("empty", "open_failed", "no_video_stream", "decode_failed", "no_frames",
-               "too_short", "too_large", "aspect_ratio", "missing_key")
+               "too_short", "too_large", "aspect_ratio", "missing_key", "bad_index")
 
     def __init__(self, reason, message):
         assert reason in self.REASONS, reason
@@ -113,12 +114,16 @@ def open_container(video_bytes, multi_thread_decode=False, max_frame_pixels=MAX_
         stream_io = video_bytes
         if hasattr(stream_io, "getbuffer") and stream_io.getbuffer().nbytes == 0:
             raise VideoDecodeError("empty", "video has 0 bytes")
-    # FFmpeg's probe decodes a frame or two: max_pixels keeps it from allocating a huge one (with slack:
-    # FFmpeg checks its aligned buffer sizes, e.g. 128x128 for a 96x96 frame)
-    limit = {"max_pixels": str(2 * int(max_frame_pixels) + 2 ** 16)} if max_frame_pixels else None
+    limit = {"max_pixels": str(decoder_max_pixels(max_frame_pixels))} if max_frame_pixels else None
     container = None
     # bytes themselves, not stream_io.getbuffer(): on BytesIO(bytes) that copies the whole file
     head = video_bytes if stream_io is not video_bytes else getattr(stream_io, "getbuffer", lambda: None)()
+    if head is not None:  # FFmpeg's mov demuxer takes files without 'ftyp' too: every buffer is checked
+        try:
+            check_sample_tables(head)
+        except ImplausibleIndex as e:
+            raise VideoDecodeError("bad_index", f"the container's sample tables are out of proportion to its "
+                                                f"{len(head)} bytes: {e}") from None
     if _is_iso_bmff(head):
         try:  # the demuxer FFmpeg's probe picks for these files anyway; skipping the probe saves ~0.5 ms
             container = _open_mp4(stream_io, limit)
@@ -143,6 +148,22 @@ def open_container(video_bytes, multi_thread_decode=False, max_frame_pixels=MAX_
     else:  # one thread: FFmpeg's default (0: one per core) starts slice threads on every open (~0.1 ms)
         cc.thread_count = 1
     return container
+
+
+def decoder_max_pixels(max_frame_pixels):
+    """FFmpeg's ``max_pixels`` for a limit of ``max_frame_pixels``: FFmpeg checks its aligned buffer size
+    (a 96x96 frame is checked as 128x128), so the limit gets an eighth and 128K pixels of slack (it was twice
+    the limit); every decoded frame is then checked exactly (:func:`check_frame`)."""
+    return int(max_frame_pixels) + int(max_frame_pixels) // 8 + 2 ** 17
+
+
+def check_frame(width, height, max_frame_pixels):
+    """VideoDecodeError('too_large') for a decoded frame above ``max_frame_pixels`` (0: no limit): the
+    header's size is checked before decoding, but an in-band SPS can change the size in the stream."""
+    if max_frame_pixels and width * height > max_frame_pixels:
+        raise VideoDecodeError("too_large", f"a decoded frame is {width}x{height} ({width * height} pixels), "
+                                            f"above max_frame_pixels={max_frame_pixels} (the size changes "
+                                            f"inside the stream)")
 
 
 def stream_info(container):
@@ -368,14 +389,19 @@ def _safeguard_max_pts(container, duration):
     return stream_max_pts(container)
 
 
-def _rgb_converter():
+def _rgb_converter(max_frame_pixels=MAX_FRAME_PIXELS):
     """frame -> uint8 (H, W, 3) RGB, `frame.to_ndarray(format="rgb24")`'s pixels through one single-threaded
-    swscale context per request (to_ndarray makes one, with a thread per core, per frame: 40 of 70 us)."""
+    swscale context per request (to_ndarray makes one, with a thread per core, per frame: 40 of 70 us);
+    a frame above ``max_frame_pixels`` is refused before it is converted (:func:`check_frame`)."""
     reformatter = VideoReformatter()
-    return lambda frame: reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+
+    def convert(frame):
+        check_frame(frame.width, frame.height, max_frame_pixels)
+        return reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+    return convert
 
 
-def _decode_fast(container, info, plans, num_frames, target_fps):
+def _decode_fast(container, info, plans, num_frames, target_fps, max_frame_pixels=MAX_FRAME_PIXELS):
     """plans: [(clip_idx, start_pts, end_pts)] -> per clip a list of uint8 (H, W, 3) frames, or None
     where the fast path could not serve the clip (the caller runs the reference for it)."""
     try:
@@ -388,18 +414,20 @@ def _decode_fast(container, info, plans, num_frames, target_fps):
         picks.append((seg, [window[i] for i in idx]))
     cc = container.streams.video[0].codec_context
     got = [{} for _ in segments]
-    convert = _rgb_converter()
+    convert = _rgb_converter(max_frame_pixels)
     try:
         for n, seg in enumerate(segments):
             wanted = [p for s, ps in picks if s == n for p in ps]
             got[n] = decode_segment(cc, seg, wanted, convert)
+    except VideoDecodeError:
+        raise  # a frame above max_frame_pixels: the video is bad whatever path decodes it
     except Exception:
         pass  # corrupt stream: the reference path decides what happened
     return [[got[s][p] for p in ps] if ps and all(p in got[s] for p in ps) else None
             for s, ps in picks]
 
 
-def _decode_planned_clips(container, info, calls, num_frames, target_fps):
+def _decode_planned_clips(container, info, calls, num_frames, target_fps, max_frame_pixels=MAX_FRAME_PIXELS):
     """The fast path of :func:`decode_clips`: plan every window first (same random draws, in clip
     order, as the reference), decode only the picked frames, and run the reference path for any clip
     the fast path could not serve (same window)."""
@@ -410,7 +438,7 @@ def _decode_planned_clips(container, info, calls, num_frames, target_fps):
             c.get("safeguard_duration", False), video_max_pts,
             lambda: _safeguard_max_pts(container, info.duration))
         plans.append((c["clip_idx"], start_pts, end_pts))
-    clips = _decode_fast(container, info, plans, num_frames, target_fps)
+    clips = _decode_fast(container, info, plans, num_frames, target_fps, max_frame_pixels)
     for k, arr in enumerate(clips):
         if arr is None:  # reference path for this clip, same window
             clip_idx, start_pts, end_pts = plans[k]
@@ -423,16 +451,19 @@ def _decode_planned_clips(container, info, calls, num_frames, target_fps):
     return clips
 
 
-def _as_tchw(clips):
+def _as_tchw(clips, max_frame_pixels=MAX_FRAME_PIXELS):
     """Copy the clips' (H, W, 3) frames once into one (N, H, W, 3) buffer and return it as a
     (N, 3, H, W) view: a channel-first copy costs more than the RGB conversion itself at 720p, and
     the consumers (resize, float conversion, collate) read any stride."""
-    return torch.from_numpy(_stack([f for clip in clips for f in clip])).permute(0, 3, 1, 2)
+    return torch.from_numpy(_stack([f for clip in clips for f in clip], max_frame_pixels)).permute(0, 3, 1, 2)
 
 
-def _stack(frames):
-    """np.stack of (H, W, 3) frames; frames of different sizes (the size changes inside the stream)
-    make a bad video, not a crash."""
+def _stack(frames, max_frame_pixels=MAX_FRAME_PIXELS):
+    """np.stack of (H, W, 3) frames; a frame above ``max_frame_pixels`` (an in-band size change the header
+    did not show) and frames of different sizes (the size changes inside the stream) make a bad video,
+    not a crash."""
+    for f in frames:
+        check_frame(f.shape[1], f.shape[0], max_frame_pixels)
     sizes = {f.shape[:2] for f in frames}
     if len(sizes) > 1:
         raise VideoDecodeError("decode_failed", "the frame size changes inside the video: "
@@ -473,7 +504,7 @@ def decode_clips(video_bytes, num_frames, target_fps, n_clips=1, mode="strategy"
             clips = decode_all_path(container, info, calls, num_frames, target_fps,
                                     min_video_frames=min_video_frames)
         elif fast:
-            clips = _decode_planned_clips(container, info, calls, num_frames, target_fps)
+            clips = _decode_planned_clips(container, info, calls, num_frames, target_fps, max_frame_pixels)
         else:
             video_max_pts = None
             for k, c in enumerate(calls):
@@ -485,7 +516,7 @@ def decode_clips(video_bytes, num_frames, target_fps, n_clips=1, mode="strategy"
                     video_max_pts = vmp
     finally:
         container.close()
-    return _as_tchw(clips)
+    return _as_tchw(clips, max_frame_pixels)
 
 
 def decode_all_frames(video_bytes):
