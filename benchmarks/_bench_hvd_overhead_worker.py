@@ -2,7 +2,7 @@
 
 ``step``: DistributedOptimizer steps of a stack of Linear layers (the fused gradient path), per-step
 wall time after ``--warmup`` steps. ``ops``: latency of small user-facing collectives through
-``src.compat.hvd`` (negotiated by name, checked) next to the same collective called directly on a
+``clipbert_legacy.compat.hvd`` (negotiated by name, checked) next to the same collective called directly on a
 ``torch.distributed`` group of the same ranks.
 """
 import argparse
@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import src.compat.hvd as hvd
+import clipbert_legacy.compat.hvd as hvd
 
 
 def step_times(a):

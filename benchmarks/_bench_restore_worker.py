@@ -16,12 +16,12 @@ import time
 
 import torch
 
-import src.compat.hvd as hvd
-import src.training.zero as zero
+import clipbert_legacy.compat.hvd as hvd
+import clipbert_legacy.training.zero as zero
 from benchmarks._bench_zero_worker import MLPTask
-from src.config import parse_args
-from src.training.contracts import Hook
-from src.training.engine import Trainer
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.training.contracts import Hook
+from clipbert_legacy.training.engine import Trainer
 
 CURRENT_GATHER = zero.allgather_with_tensors
 

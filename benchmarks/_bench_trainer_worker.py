@@ -1,4 +1,5 @@
-"""Worker of bench_trainer.py: run src.training.engine.Trainer on pre-collated batches, time each step.
+"""Worker of bench_trainer.py: run clipbert_legacy.training.engine.Trainer on pre-collated batches, time each
+step.
 
 Shared by the in-process overhead measurement (imported: :class:`BatchTask`, :class:`StepTimer`,
 :func:`engine_cfg`) and the 1-vs-2-process scaling runs (launched as
@@ -15,10 +16,10 @@ import time
 import torch
 from torch.utils.data import Dataset
 
-from src.config import parse_args
-from src.training.contracts import Hook
-from src.training.engine import Trainer
-from src.training.task import Task
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.training.contracts import Hook
+from clipbert_legacy.training.engine import Trainer
+from clipbert_legacy.training.task import Task
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -116,8 +117,8 @@ def main():
     torch.set_num_threads(a.threads)
     import logging
     logging.disable(logging.INFO)  # no log.txt/stdout noise from the engine or model building
-    import src.compat.hvd as hvd
-    from src.modeling.build import build_model
+    import clipbert_legacy.compat.hvd as hvd
+    from clipbert_legacy.modeling.build import build_model
     data = torch.load(a.batches, weights_only=True)
     hvd.init()
     world = hvd.size()

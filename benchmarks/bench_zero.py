@@ -4,7 +4,8 @@ Launches ``torchrun --nproc_per_node N`` (default 2) running ``_bench_zero_worke
 trains the same MLP (default 6 x Linear(768, 768) + head, 3.5M parameters, BERT-base's layer width)
 at zero_stage 0, 1 and 2 in turn, the order alternated over rounds, for fp32 and amp O2. Printed per
 precision and stage: each rank's optimizer-state bytes (Adam's two moments, plus amp O2's fp32
-masters: ``src.training.zero.optimizer_state_bytes``), their ratio to stage 0 (target ~1/N), and the
+masters: ``clipbert_legacy.training.zero.optimizer_state_bytes``), their ratio to stage 0 (target ~1/N), and
+the
 median step time with its ratio to stage 0.
 
     python benchmarks/bench_zero.py [--np 2 --rounds 2 --steps 12 --dim 768 --layers 6]
@@ -28,7 +29,8 @@ def launch(np_, fp16, args):
                os.path.join(REPO, "benchmarks", "_bench_zero_worker.py"), "--out", out, "--fp16", str(fp16),
                "--rounds", str(args.rounds), "--steps", str(args.steps), "--dim", str(args.dim),
                "--layers", str(args.layers), "--batch", str(args.batch)]
-        env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join((os.path.join(REPO, "src"), REPO))}
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
         if proc.returncode != 0:
             raise SystemExit(f"bench_zero: the torchrun job failed (exit {proc.returncode}):\n"

@@ -1,8 +1,8 @@
-"""Run Horovod's own test suite (``test/parallel/test_torch.py``) against ``src.compat.hvd``.
+"""Run Horovod's own test suite (``test/parallel/test_torch.py``) against ``clipbert_legacy.compat.hvd``.
 
 For anyone with a copy of Horovod's source (the suite is not part of this repository): the test file
 and its helper ``test/utils/common.py`` are copied to a temporary directory, where only the line
-``import horovod.torch as hvd`` is rewritten (``--module``, default ``src.compat.hvd``; give
+``import horovod.torch as hvd`` is rewritten (``--module``, default ``clipbert_legacy.compat.hvd``; give
 ``horovod.torch`` to run real Horovod as the baseline). Each test then runs in its own job of
 ``--np`` processes under ``horovodrun`` (Gloo) or ``torchrun``, with a timeout; every rank writes a
 JUnit report, and a test passed when every rank passed it, was skipped when every rank skipped it,
@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tests", required=True, type=Path, help="Horovod's test/parallel/test_torch.py")
     ap.add_argument("--launcher", required=True, choices=["horovodrun", "torchrun"])
-    ap.add_argument("--module", default="src.compat.hvd", help="what 'hvd' is (horovod.torch: the baseline)")
+    ap.add_argument("--module", default="clipbert_legacy.compat.hvd",
+                    help="what 'hvd' is (horovod.torch: the baseline)")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300, help="seconds per test job")
     ap.add_argument("--budget_s", type=float, default=0, help="stop starting tests after this many seconds")

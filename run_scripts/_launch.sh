@@ -2,7 +2,7 @@
 #   NP=1 (default): plain python (single GPU / CPU);  NP>1: horovodrun -np NP [-H HOSTS];
 #   LAUNCHER=torchrun: torchrun --nproc_per_node NP instead of horovodrun.
 # Without HOSTS the job stays on this machine and its launcher listens on 127.0.0.1 only
-# (src/compat/loopback.py; torchrun and horovodrun would listen on every interface).
+# (src/clipbert_legacy/compat/loopback.py; torchrun and horovodrun would listen on every interface).
 # The env is found through VENV_DIR (default <repo>/.venv; /opt/venv in the Docker image), as in
 # setup_env.sh; PYTHON overrides the interpreter itself.
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,10 +13,10 @@ launch() {
   if [ "$NP" = 1 ]; then
     "$PY" "$@"
   elif [ "${LAUNCHER:-horovodrun}" = torchrun ]; then
-    "$PY" -m src.compat.loopback torchrun --nproc_per_node "$NP" --master_addr 127.0.0.1 "$@"
+    "$PY" -m clipbert_legacy.compat.loopback torchrun --nproc_per_node "$NP" --master_addr 127.0.0.1 "$@"
   elif [ -n "${HOSTS:-}" ]; then
     "$(dirname "$PY")/horovodrun" -np "$NP" -H "$HOSTS" "$PY" "$@"
   else
-    "$PY" -m src.compat.loopback horovodrun -np "$NP" -H "localhost:$NP" "$PY" "$@"
+    "$PY" -m clipbert_legacy.compat.loopback horovodrun -np "$NP" -H "localhost:$NP" "$PY" "$@"
   fi
 }

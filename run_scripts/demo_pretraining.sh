@@ -27,12 +27,12 @@ if [ ! -f "$DATA/stats.json" ] || [ ! -f "$DATA/pretrained/cnn_tiny_grid.pth" ];
   echo "no demo data in $DATA: run ./run_scripts/quickstart.sh first" >&2
   exit 1
 fi
-launch() {  # horovodrun on this machine, listening on 127.0.0.1 only (src/compat/loopback.py)
-  if [ "$NP" -gt 1 ]; then "$PY" -m src.compat.loopback horovodrun -np "$NP" -H "localhost:$NP" --gloo "$PY" "$@"
+launch() {  # horovodrun on this machine, listening on 127.0.0.1 only (src/clipbert_legacy/compat/loopback.py)
+  if [ "$NP" -gt 1 ]; then "$PY" -m clipbert_legacy.compat.loopback horovodrun -np "$NP" -H "localhost:$NP" --gloo "$PY" "$@"
   else "$PY" "$@"; fi
 }
 
-[ -f "$DATA/txt/stills_train.jsonl" ] || "$PY" -m src.preprocessing.make_demo_stills --output_dir "$DATA"
+[ -f "$DATA/txt/stills_train.jsonl" ] || "$PY" -m clipbert_legacy.preprocessing.make_demo_stills --output_dir "$DATA"
 launch src/tasks/run_pretrain.py --config configs/demo_pretrain.json --output_dir "$OUT/pretrain" \
   ${PRE_ARGS[@]+"${PRE_ARGS[@]}"}
 for name in pretrained scratch; do

@@ -18,6 +18,6 @@ cd "$REPO"
 venv_py="${VENV_DIR:-$REPO/.venv}/bin/python"
 if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"; elif [ -x "$venv_py" ]; then PY="$venv_py"; else PY=python3; fi
 # the checkout importable without `pip install -e .`, and benchmarks/ for the parts' shared workers
-export PYTHONPATH="$REPO:$REPO/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$REPO/src:$REPO:$REPO/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 exec "$PY" "$REPO/tools/gpu_check.py" "$@"

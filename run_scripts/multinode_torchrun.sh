@@ -7,7 +7,7 @@
 # the visible GPUs (1 on CPU), the rendezvous id to SLURM_JOB_ID. output_dir must be on shared storage.
 # The rendezvous and the workers' store take unauthenticated commands: MASTER_PORT and the workers' ports
 # must be on a private network or behind a firewall (docs/scaling_out.md). NNODES=1 with a loopback
-# MASTER_ADDR (127.0.0.1, localhost) listens on 127.0.0.1 only (src/compat/loopback.py).
+# MASTER_ADDR (127.0.0.1, localhost) listens on 127.0.0.1 only (src/clipbert_legacy/compat/loopback.py).
 set -euo pipefail
 REPO="${REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 cd "$REPO"
@@ -25,6 +25,6 @@ opts=(--nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_N
       --rdzv-id "${RDZV_ID:-${SLURM_JOB_ID:-clipbert}}")
 [ -n "${LOCAL_ADDR:-}" ] && opts+=(--local-addr "$LOCAL_ADDR")
 case "$MASTER_ADDR" in
-  127.*|localhost|::1|"[::1]") [ "$NNODES" = 1 ] && exec "$PY" -m src.compat.loopback torchrun "${opts[@]}" "$@" ;;
+  127.*|localhost|::1|"[::1]") [ "$NNODES" = 1 ] && exec "$PY" -m clipbert_legacy.compat.loopback torchrun "${opts[@]}" "$@" ;;
 esac
 exec "$PY" -m torch.distributed.run "${opts[@]}" "$@"

@@ -34,10 +34,10 @@ step "2/7 synthetic demo data and the pretrained demo CNN in $DATA"
 if [ -f "$DATA/stats.json" ]; then
   echo "reusing $DATA (delete it to rebuild)"
 else
-  "$PY" -m src.preprocessing.make_demo_data --output_dir "$DATA"
+  "$PY" -m clipbert_legacy.preprocessing.make_demo_data --output_dir "$DATA"
 fi
 if [ ! -f "$DATA/pretrained/cnn_tiny_grid.pth" ]; then
-  "$PY" -m src.preprocessing.pretrain_demo_cnn --data_dir "$DATA"
+  "$PY" -m clipbert_legacy.preprocessing.pretrain_demo_cnn --data_dir "$DATA"
 fi
 
 read -r -a USER_ARGS <<< "${QUICKSTART_ARGS:-}"
@@ -46,8 +46,8 @@ if [ "$FAST" = 1 ]; then
   EXTRA+=(--num_train_epochs 1 --data_ratio 0.05)
   echo "QUICKSTART_FAST=1: reduced training (${EXTRA[*]})"
 fi
-# horovodrun, with its rendezvous server and Gloo on 127.0.0.1 only (src/compat/loopback.py)
-HVD=("$PY" -m src.compat.loopback horovodrun -np "$NP" -H "localhost:$NP" --gloo)
+# horovodrun, with its rendezvous server and Gloo on 127.0.0.1 only (src/clipbert_legacy/compat/loopback.py)
+HVD=("$PY" -m clipbert_legacy.compat.loopback horovodrun -np "$NP" -H "localhost:$NP" --gloo)
 
 timed() {  # timed NAME cmd... : run, remember wall seconds in $OUT/NAME.wall
   local name=$1; shift

@@ -6,7 +6,7 @@
 #                disk). On a CUDA machine use e.g. TORCH_SPEC="torch==2.13.0" with
 #                PIP_INDEX_URL pointing at the CUDA wheel index of your choice.
 #   VENV_DIR     virtualenv location (default: <repo>/.venv)
-#   SKIP_HOROVOD=1  skip Horovod (the torch.distributed backend of src/compat/hvd.py still works)
+#   SKIP_HOROVOD=1  skip Horovod (the torch.distributed backend of src/clipbert_legacy/compat/hvd.py still works)
 #   SKIP_PROJECT_INSTALL=1  dependencies only, not `pip install -e .` (a Docker layer built before
 #                the source is copied in; the Dockerfile installs the project afterwards)
 #   CLIPBERT_ENV_FROZEN=1  verify only, never install (set in the Docker image: its env is read-only to
@@ -39,7 +39,7 @@ PIP=("$VPY" -m pip --disable-pip-version-check)
 stamp_file="$VENV_DIR/.clipbert_env_stamp"
 want_stamp="$(cat "$REPO/requirements.txt" "$REPO/pyproject.toml" "$REPO/run_scripts/setup_env.sh" "$REPO/run_scripts/install_horovod.sh" | sha256sum | cut -c1-16)-$TORCH_SPEC-${SKIP_HOROVOD:-0}"
 # the editable install must point at this checkout (a venv copied from another clone would not)
-project_here() { [ "${SKIP_PROJECT_INSTALL:-0}" = "1" ] || (cd / && "$VPY" -c "import os, sys, src; sys.exit(os.path.dirname(os.path.dirname(os.path.abspath(src.__file__))) != os.path.abspath(sys.argv[1]))" "$REPO") 2>/dev/null; }
+project_here() { [ "${SKIP_PROJECT_INSTALL:-0}" = "1" ] || (cd / && "$VPY" -c "import os, sys, clipbert_legacy; sys.exit(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(clipbert_legacy.__file__)))) != os.path.abspath(sys.argv[1]))" "$REPO") 2>/dev/null; }
 if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ] && project_here \
    && "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX" 2>/dev/null; then
   if [ "${SKIP_HOROVOD:-0}" = "1" ] || "$VPY" -c "import horovod.torch" 2>/dev/null; then
@@ -50,7 +50,7 @@ fi
 if [ "${CLIPBERT_ENV_FROZEN:-0}" = "1" ]; then
   (cd / && "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX, ujson, tqdm") \
     || die "the frozen env $VENV_DIR lacks a package (import error above): rebuild the image"
-  project_here || die "'import src' in $VENV_DIR does not resolve to $REPO: rebuild the image or mount the checkout at $REPO"
+  project_here || die "'import clipbert_legacy' in $VENV_DIR does not resolve to $REPO: rebuild the image or mount the checkout at $REPO"
   if [ "${SKIP_HOROVOD:-0}" != "1" ]; then
     "$VPY" -c "import horovod.torch" || die "Horovod is not importable in the frozen env $VENV_DIR"
   fi
@@ -74,7 +74,7 @@ pip_install -r "$REPO/requirements.txt" -c "$cons" || die "pip could not install
   || { echo "[setup_env] ERROR: requirements did not install; see pip output above" >&2; exit 1; }
 rm -f "$cons"
 
-# The project itself, editable: `import src...` works from any directory and from
+# The project itself, editable: `import clipbert_legacy...` works from any directory and from
 # `python src/tasks/run_*.py` without path shims. --no-deps: requirements.txt pinned them above.
 if [ "${SKIP_PROJECT_INSTALL:-0}" != "1" ]; then
   log "installing the project (pip install -e $REPO)"

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from src.compat import amp
+from clipbert_legacy.compat import amp
 
 INF = float("inf")
 

@@ -1,6 +1,6 @@
 """Shared pytest setup: offline Hugging Face, and the marker for tests that need Horovod.
 
-`src` is importable because run_scripts/setup_env.sh installs the project (`pip install -e .`);
+`clipbert_legacy` is importable because run_scripts/setup_env.sh installs the project (`pip install -e .`);
 `tests` because pytest puts the repository root on sys.path for this package's conftest.
 """
 import os

@@ -36,17 +36,18 @@ def horovodrun_available():
     return shutil.which("horovodrun", path=str(BIN)) is not None
 
 
-# Both launchers through src.compat.loopback: the job's servers listen on 127.0.0.1 only.
+# Both launchers through clipbert_legacy.compat.loopback: the job's servers listen on 127.0.0.1 only.
 def run_horovod(args, np=2, timeout=180, env=None, cwd=None):
     """Run `horovodrun -np N --gloo python <args...>`; returns CompletedProcess (text)."""
-    cmd = [sys.executable, "-m", "src.compat.loopback", "horovodrun", "-np", str(np), "-H", f"localhost:{np}",
+    cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "horovodrun", "-np", str(np),
+           "-H", f"localhost:{np}",
            "--gloo", "--gloo-timeout-seconds", "60", sys.executable] + [str(a) for a in args]
     return _run(cmd, timeout, env, cwd)
 
 
 def run_torchrun(args, np=2, timeout=180, env=None, cwd=None):
     """Run `torchrun --nproc_per_node N <args...>` (static rendezvous on a free port)."""
-    cmd = [sys.executable, "-m", "src.compat.loopback", "torchrun", "--nproc_per_node", str(np),
+    cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "torchrun", "--nproc_per_node", str(np),
            "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + [str(a) for a in args]
     return _run(cmd, timeout, env, cwd)
 

@@ -24,7 +24,7 @@ TRAIN_SCRIPT = "src/tasks/run_video_retrieval.py"
 
 def write_demo_config(root: Path) -> Path:
     """16 training videos, batch 4 per rank: 2 steps on 2 processes, then validation on 4 videos."""
-    from src.preprocessing.make_demo_data import build_demo_data
+    from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
     data = root / "data"
     build_demo_data(str(data), n_train=16, n_val=4, n_test=4, img_size=64, n_frames=12, fps=10,
                     num_workers=1, log=lambda *a: None)

@@ -12,7 +12,7 @@ import os
 import numpy as np
 from PIL import Image
 
-from src.preprocessing.make_demo_data import encode_mp4, render_video
+from clipbert_legacy.preprocessing.make_demo_data import encode_mp4, render_video
 
 SHAPES = ("circle", "square", "triangle")
 COLORS = ("red", "green", "blue", "yellow")

@@ -1,11 +1,12 @@
-"""src.compat.amp gradient accumulation with delay_unscale: same result as unscaling every micro-batch
+"""clipbert_legacy.compat.amp gradient accumulation with delay_unscale: same result as unscaling every
+micro-batch
 and as one big batch, and the first accumulation cycle keeps the fp32 (BatchNorm) grads."""
 import copy
 
 import pytest
 import torch
 
-from src.compat import amp
+from clipbert_legacy.compat import amp
 from tests.amp_helpers import data, loss_fn, mlp, same_snapshot, snapshot
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
 

@@ -1,4 +1,5 @@
-"""src.compat.amp backend selection: AMP_BACKEND=apex delegates every call (to a fake apex.amp here),
+"""clipbert_legacy.compat.amp backend selection: AMP_BACKEND=apex delegates every call (to a fake apex.amp
+here),
 and a missing apex or an unknown AMP_BACKEND value fails clearly."""
 import sys
 import types
@@ -6,7 +7,7 @@ import types
 import pytest
 import torch
 
-from src.compat import amp
+from clipbert_legacy.compat import amp
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
 from tests.amp_helpers import mlp
 

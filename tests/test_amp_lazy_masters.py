@@ -1,4 +1,5 @@
-"""src.compat.amp O2 masters follow apex's lazy rule: their values are taken from the model at the first
+"""clipbert_legacy.compat.amp O2 masters follow apex's lazy rule: their values are taken from the model at the
+first
 zero_grad() / step() / scale_loss / add_param_group after initialize, so writes made to the model (or
 into ``model.state_dict()``) in between survive ClipBERT's ``zero_grad(); step()`` "quick hack"; the
 guarantees that made masters eager objects (fp32 optimizer state and fp32 checkpoints loaded after
@@ -9,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from src.compat import amp
+from clipbert_legacy.compat import amp
 from tests.amp_helpers import data, loss_fn, mlp, train_step
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
 

@@ -1,4 +1,4 @@
-"""src.compat.amp optimizer processing: fp32 master weights (O2, bf16), unscaled master grads, the
+"""clipbert_legacy.compat.amp optimizer processing: fp32 master weights (O2, bf16), unscaled master grads, the
 patched zero_grad / add_param_group, and writes made before the first scale_loss."""
 import copy
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from src.compat import amp
+from clipbert_legacy.compat import amp
 from tests.amp_helpers import data, loss_fn, mlp, train_step
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
 

@@ -1,4 +1,5 @@
-"""src.compat.amp model processing: dtypes after O2/O3 (affine BatchNorm fp32), in-place buffer casts,
+"""clipbert_legacy.compat.amp model processing: dtypes after O2/O3 (affine BatchNorm fp32), in-place buffer
+casts,
 the patched forward's input/output casts, O1 training on CPU, the CPU fp16 warning, and the same on
 CUDA when there is one (O1's cast lists themselves: tests/test_amp_o1.py)."""
 import collections
@@ -10,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from src.compat import amp
-from src.compat.layer_norm import FusedLayerNorm
+from clipbert_legacy.compat import amp
+from clipbert_legacy.compat.layer_norm import FusedLayerNorm
 from tests.amp_helpers import data, inject_inf, loss_fn, mlp, train_step
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
 

@@ -1,4 +1,5 @@
-"""src.compat.amp O1: apex's cast lists installed process-wide (also outside the model's forward, on
+"""clipbert_legacy.compat.amp O1: apex's cast lists installed process-wide (also outside the model's forward,
+on
 CPU too), the user registry (register_*_function, the decorators, disable_casts), the weight-cast
 cache, and removal of every patch by the next initialize."""
 import pytest
@@ -6,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from src.compat import amp
-from src.compat.amp import _o1
+from clipbert_legacy.compat import amp
+from clipbert_legacy.compat.amp import _o1
 from tests.amp_helpers import data, loss_fn, mlp
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
 

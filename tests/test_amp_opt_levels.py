@@ -1,10 +1,10 @@
-"""src.compat.amp.initialize: the O0-O3 property table, apex's override rules, enabled=False, the
+"""clipbert_legacy.compat.amp.initialize: the O0-O3 property table, apex's override rules, enabled=False, the
 list-ness of what it returns, and its errors."""
 import pytest
 import torch
 from torch import nn
 
-from src.compat import amp
+from clipbert_legacy.compat import amp
 from tests.amp_helpers import data, inject_inf, loss_fn, mlp
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
 

@@ -1,4 +1,4 @@
-"""src.compat.amp loss scaling: overflow skips one step and halves the dynamic scale, the scaler's
+"""clipbert_legacy.compat.amp loss scaling: overflow skips one step and halves the dynamic scale, the scaler's
 window/caps/floor, static scales (never skip), and several losses with their own scalers."""
 import copy
 import logging
@@ -6,7 +6,7 @@ import logging
 import pytest
 import torch
 
-from src.compat import amp
+from clipbert_legacy.compat import amp
 from tests.amp_helpers import INF, data, inject_inf, loss_fn, mlp, same_snapshot, snapshot, train_step
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
 
@@ -190,7 +190,7 @@ def test_overflow_message_on_every_rank_when_the_step_is_skipped(caplog, monkeyp
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     m, opt = amp.initialize(m, opt, opt_level="O2", verbosity=1)
     x, y = data()
-    caplog.set_level(logging.WARNING, logger="src.compat.amp")
+    caplog.set_level(logging.WARNING, logger="clipbert_legacy.compat.amp")
     inject_inf(m, opt, x, y)
     inject_inf(m, opt, x, y)
     assert not caplog.records  # printed by the skipped step, with the scale it finds then

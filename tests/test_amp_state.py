@@ -1,4 +1,4 @@
-"""src.compat.amp checkpoints: fp32 model state_dict under O2/O3, amp.state_dict / load_state_dict
+"""clipbert_legacy.compat.amp checkpoints: fp32 model state_dict under O2/O3, amp.state_dict / load_state_dict
 (format, key order, unexpected keys), and a same-level save/restore that continues identically."""
 import collections
 import copy
@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from src.compat import amp
+from clipbert_legacy.compat import amp
 from tests.amp_helpers import data, inject_inf, mlp, train_step
 from tests.amp_helpers import fresh_amp_state as fresh_amp_state  # autouse fixture, found by pytest
 

@@ -3,7 +3,7 @@ no path shims, defaults owned by the config schema.
 
 Layers (an arrow may only point down or sideways where listed; docs/architecture.md):
 
-    (every package's ``__main__``: ``python -m src.x``, an entry point above all layers)
+    (every package's ``__main__``: ``python -m clipbert_legacy.x``, an entry point above all layers)
     tasks, preprocessing          entry points
     training                      the engine: step, hooks, checkpoints, run plan
     datasets | modeling | optimization | evaluation      (independent of each other)
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SRC = REPO / "src"
+SRC = REPO / "src" / "clipbert_legacy"  # the package; src/tasks/run_*.py are ClipBERT's script paths
 MAX_FUNCTION_LINES = 60
 MAX_FILE_LINES = 500
 
@@ -33,13 +33,13 @@ ALLOWED = {
     "tasks": {"compat", "utils", "config", "datasets", "modeling", "optimization", "evaluation",
               "training"},
 }
-ALLOWED["entry"] = set(ALLOWED) | {"tasks", "preprocessing"}  # ``__main__`` modules: python -m src.x
+ALLOWED["entry"] = set(ALLOWED) | {"tasks", "preprocessing"}  # ``__main__`` modules: python -m <pkg>.x
 
 
 def _modules():
     out = {}
     for f in sorted(SRC.rglob("*.py")):
-        parts = f.relative_to(REPO).with_suffix("").parts
+        parts = f.relative_to(SRC.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out[name] = f
     return out
@@ -49,13 +49,14 @@ MODULES = _modules()
 
 
 def _imports(path):
-    """Every ``src`` module a file imports, at module level, inside functions or under ``if
+    """Every ``clipbert_legacy`` module a file imports, at module level, inside functions or under ``if
     TYPE_CHECKING:`` (a type-only import is a dependency too: it makes the same cycle for a reader)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.split(".")[0] == "src")
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("src"):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "clipbert_legacy")
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0
+              and (node.module or "").split(".")[0] == "clipbert_legacy"):
             for a in node.names:
                 sub = f"{node.module}.{a.name}"
                 found.add(sub if sub in MODULES else node.module)
@@ -67,9 +68,9 @@ GRAPH = {m: {t for t in _imports(f) if t in MODULES and t != m} for m, f in MODU
 
 def _layer(module):
     parts = module.split(".")
-    if parts[-1] == "__main__":  # ``python -m src.x``: an entry point, above every layer
+    if parts[-1] == "__main__":  # ``python -m clipbert_legacy.x``: an entry point, above every layer
         return "entry"
-    return parts[1] if len(parts) > 1 else "src"
+    return parts[1] if len(parts) > 1 else "clipbert_legacy"
 
 
 def test_layering():
@@ -79,9 +80,9 @@ def test_layering():
         if a not in ALLOWED:
             continue
         bad += [f"{m} -> {t}" for t in sorted(targets) if _layer(t) != a and _layer(t) not in ALLOWED[a]
-                and _layer(t) != "src"]
+                and _layer(t) != "clipbert_legacy"]
     assert not bad, "imports against the layering (see this file's docstring):\n" + "\n".join(bad)
-    assert set(ALLOWED) >= {_layer(m) for m in MODULES} - {"src"}, "a new src/ package needs a layer here"
+    assert set(ALLOWED) >= {_layer(m) for m in MODULES} - {"clipbert_legacy"}, "a new package needs a layer"
 
 
 def test_no_import_cycles():
@@ -152,7 +153,7 @@ def test_no_sys_path_shims(top):
 
 def schema_keys():
     """Every option name of every registered task: a new task's options are covered without an edit."""
-    from src.config import task_names, task_options
+    from clipbert_legacy.config import task_names, task_options
     return {name for task in task_names() for name in task_options(task)}
 
 
@@ -186,15 +187,16 @@ def test_docstrings_cite_nothing_outside_the_repository():
 
 
 def test_entry_points_run_as_file_and_as_module(tmp_path):
-    """ClipBERT users run ``python src/tasks/run_x.py``; ``python -m src.tasks.run_x`` works too; both
+    """ClipBERT users run ``python src/tasks/run_x.py``; ``python -m clipbert_legacy.tasks.run_x`` works too;
+    both
     from outside the repository (the installed package is found, no PYTHONPATH)."""
     import os
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    for argv in ([str(SRC / "tasks" / "run_video_retrieval.py"), "--help"],
-                 ["-m", "src.tasks.run_video_qa", "--help"],
-                 [str(SRC / "preprocessing" / "file2lmdb.py"), "--help"]):
+    for argv in ([str(REPO / "src" / "tasks" / "run_video_retrieval.py"), "--help"],
+                 ["-m", "clipbert_legacy.tasks.run_video_qa", "--help"],
+                 [str(REPO / "src" / "preprocessing" / "file2lmdb.py"), "--help"]):
         p = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=120)
         assert p.returncode == 0, (argv, p.stderr[-2000:])
@@ -206,5 +208,6 @@ def test_type_only_imports_count(tmp_path):
     -> engine circle was one), as are imports inside functions."""
     f = tmp_path / "m.py"
     f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                 "    from src.training.engine import Trainer\ndef g():\n    import src.training.hooks\n")
-    assert _imports(f) == {"src.training.engine", "src.training.hooks"}
+                 "    from clipbert_legacy.training.engine import Trainer\n"
+                 "def g():\n    import clipbert_legacy.training.hooks\n")
+    assert _imports(f) == {"clipbert_legacy.training.engine", "clipbert_legacy.training.hooks"}

@@ -4,7 +4,12 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from src.modeling.backbone import RESNET_PRESETS, FrozenBatchNorm2d, GridFeatBackbone, build_resnet
+from clipbert_legacy.modeling.backbone import (
+    RESNET_PRESETS,
+    FrozenBatchNorm2d,
+    GridFeatBackbone,
+    build_resnet,
+)
 
 torch.set_num_threads(1)
 

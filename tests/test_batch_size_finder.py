@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-from src.tasks.entry import main
-from src.training import batch_size_finder
-from src.training.batch_size_finder import choose, search
-from src.training.engine import Trainer
-from src.utils.errors import UserError
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.training import batch_size_finder
+from clipbert_legacy.training.batch_size_finder import choose, search
+from clipbert_legacy.training.engine import Trainer
+from clipbert_legacy.utils.errors import UserError
 from tests.toy_task import ToyTask, toy_argv, toy_cfg
 
 

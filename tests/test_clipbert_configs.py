@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from src.config import parse_args, task_options
+from clipbert_legacy.config import parse_args, task_options
 
 REPO = Path(__file__).resolve().parents[1]
 CLIPBERT = REPO / "tests" / "data" / "clipbert_configs"
@@ -152,14 +152,14 @@ def test_every_clipbert_config_is_classified():
 def test_our_defaults_are_clipberts(monkeypatch):
     """A key a config leaves out gets our schema's default: it must be ClipBERT's. The one deliberate
     exception, n_workers, is unset and resolves to ClipBERT's 4 wherever a process has 4 cores."""
-    from src.utils.device import num_workers
+    from clipbert_legacy.utils.device import num_workers
     for method, task in (("get_video_retrieval_args", "retrieval"), ("get_video_qa_args", "video_qa"),
                          ("get_vqa_args", "vqa")):
         opts = task_options(task)
         for k, v in {**DEFAULTS["__init__"], **DEFAULTS[method]}.items():
             if k == "n_workers":
                 assert opts[k].default is None
-                monkeypatch.setattr("src.utils.device.cpus_per_process", lambda: 16)
+                monkeypatch.setattr("clipbert_legacy.utils.device.cpus_per_process", lambda: 16)
                 assert num_workers(opts[k].default) == v == 4
             elif k != "config":
                 assert opts[k].default == (bool(v) if k in ZERO_ONE else v), (task, k)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.utils.errors import RunDirError
+from clipbert_legacy.utils.errors import RunDirError
 from tests import mp_utils
 from tests.test_run_integrity import error_line, final_weights, run_toy, snapshot
 
@@ -144,8 +144,8 @@ def test_full_disk_ends_the_run_with_one_line_and_the_rerun_resumes(small_disk, 
 
 def test_tensorboard_write_failure_raises_instead_of_blocking(small_disk):
     """tensorboardX's writer thread died on ENOSPC and the next add_scalar blocked forever."""
-    from src.utils.errors import OutputWriteError
-    from src.utils.logger import TensorboardLogger
+    from clipbert_legacy.utils.errors import OutputWriteError
+    from clipbert_legacy.utils.logger import TensorboardLogger
     tb = TensorboardLogger()
     tb.create(str(small_disk / "log"))
     (small_disk / "filler").write_bytes(b"\0" * (4 * 2 ** 20 - 64 * 1024))
@@ -246,7 +246,7 @@ def test_metrics_log_cut_mid_line_is_dropped_and_the_run_resumes(tmp_path, caplo
 
 
 def test_damaged_metrics_log_line_is_named(toy_copy, capsys):
-    from src.training.metrics_log import read_metrics
+    from clipbert_legacy.training.metrics_log import read_metrics
     metrics = toy_copy / "log" / "metrics.jsonl"
     lines = metrics.read_text().splitlines()
     lines[1] = lines[1][:10]
@@ -257,7 +257,7 @@ def test_damaged_metrics_log_line_is_named(toy_copy, capsys):
 
 
 def test_json_inputs_may_start_with_a_bom(tmp_path):
-    from src.datasets.jsonl import load_json, load_jsonl
+    from clipbert_legacy.datasets.jsonl import load_json, load_jsonl
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'\xef\xbb\xbf{"caption": "a dog", "clip_name": "v1"}\n'
                      b'{"caption": "b", "clip_name": "v2"}\n')

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from src.config import (
+from clipbert_legacy.config import (
     Config,
     ConfigError,
     Option,
@@ -131,7 +131,7 @@ def test_cli_entry_prints_one_line_and_exits_2(capsys):
 
 def test_unused_options_accepted_with_notice(tmp_path, caplog):
     p = write(tmp_path, {"dropout": 0.2, "cnn_optim": "sgd", "use_itm": 1})
-    with caplog.at_level(logging.WARNING, logger="src.config"):
+    with caplog.at_level(logging.WARNING, logger="clipbert_legacy.config"):
         cfg = parse_args("retrieval", ["--config", p])
     assert cfg.dropout == 0.2
     notes = [r.getMessage() for r in caplog.records]
@@ -142,7 +142,7 @@ def test_unused_options_accepted_with_notice(tmp_path, caplog):
 
 def test_retrieval_num_labels_derived(caplog):
     assert parse_args("retrieval", ["--loss_type", "rank"]).num_labels == 1
-    with caplog.at_level(logging.WARNING, logger="src.config"):
+    with caplog.at_level(logging.WARNING, logger="clipbert_legacy.config"):
         assert parse_args("retrieval", ["--num_labels", "7"]).num_labels == 2
     assert any("derived" in r.getMessage() for r in caplog.records)
 
@@ -183,7 +183,7 @@ def test_msrvtt_mc_requires_inference():
 @pytest.fixture
 def isolated_registry(monkeypatch):
     """Tasks registered by a test are gone afterwards (the config reference lists every registered task)."""
-    import src.config.tasks as registry
+    import clipbert_legacy.config.tasks as registry
     monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))
 
 
@@ -231,7 +231,7 @@ LEGACY_RET = {  # the key set of ClipBERT's shipped msrvtt_ret_base_resnet50.jso
 
 
 def test_legacy_clipbert_configs_parse(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="src.config"):
+    with caplog.at_level(logging.WARNING, logger="clipbert_legacy.config"):
         cfg = parse_args("retrieval", ["--config", write(tmp_path, LEGACY_RET), "--train_batch_size", "4"])
     assert cfg.fp16 is True and cfg.train_batch_size == 4 and cfg.num_labels == 2 and cfg.grad_norm == 5.0
     assert sorted(r.getMessage().split("'")[1] for r in caplog.records) == ["detectron2_model_cfg", "dropout"]
@@ -247,7 +247,7 @@ def test_legacy_clipbert_configs_parse(tmp_path, caplog):
 def test_env_overrides_are_appended_last(monkeypatch, tmp_path):
     import json as _json
 
-    from src.config import parse_args
+    from clipbert_legacy.config import parse_args
     cfg_file = tmp_path / "c.json"
     cfg_file.write_text(_json.dumps({"learning_rate": 1e-3, "num_train_epochs": 7}))
     monkeypatch.setenv("CLIPBERT_OVERRIDES", "--num_train_epochs 1 --data_ratio 0.5")
@@ -256,7 +256,7 @@ def test_env_overrides_are_appended_last(monkeypatch, tmp_path):
     monkeypatch.setenv("CLIPBERT_OVERRIDES", "--data_ratio 2")
     import pytest as _pytest
 
-    from src.config import ConfigError
+    from clipbert_legacy.config import ConfigError
     with _pytest.raises(ConfigError, match="data_ratio"):
         parse_args("retrieval", [])
 
@@ -276,8 +276,8 @@ FORMER_RUNTIME_KEYS = {
 
 
 def test_generated_key_sets_match_the_former_hand_lists():
-    import src.config as config
-    from src.training.run_dir import setting_differences
+    import clipbert_legacy.config as config
+    from clipbert_legacy.training.run_dir import setting_differences
     assert set(config.MODEL_KEYS) == FORMER_MODEL_KEYS and len(config.MODEL_KEYS) == len(FORMER_MODEL_KEYS)
     assert config.RUNTIME_KEYS == FORMER_RUNTIME_KEYS
     # the keys the hand list once lacked: a rerun with --cpu_sched_batch 0 is no changed training setting
@@ -289,7 +289,7 @@ def test_generated_key_sets_match_the_former_hand_lists():
 def test_flags_agree_for_a_name_several_tasks_define():
     """num_labels, loss_type, ... are defined per task: a flag on one definition only would make the
     generated sets depend on which tasks are registered."""
-    from src.config.tasks import all_options
+    from clipbert_legacy.config.tasks import all_options
     flags = {}
     for o in all_options():
         flags.setdefault(o.name, set()).add((o.model, o.runtime))
@@ -304,8 +304,8 @@ def test_an_option_cannot_be_model_and_runtime():
 
 
 def test_registered_task_feeds_every_generated_list(isolated_registry):
-    import src.config as config
-    from src.training.run_dir import setting_differences
+    import clipbert_legacy.config as config
+    from clipbert_legacy.training.run_dir import setting_differences
     register_task("_captioning", [Option("beam_size", int, 3, "beams at inference", min=1, runtime=True),
                                   Option("vocab_path", str, None, "caption vocabulary", model=True)])
     assert "vocab_path" in config.MODEL_KEYS and "beam_size" in config.RUNTIME_KEYS
@@ -325,7 +325,7 @@ def test_register_task_needs_a_known_parent(isolated_registry):
 
 def test_ans2label_is_read_once_per_file_version(tmp_path, monkeypatch):
     """Config check, dataset builds and every validation share one read of ans2label_path."""
-    import src.config.options as options
+    import clipbert_legacy.config.options as options
     path = write(tmp_path, {"yes": 0, "no": 1}, "a2l.json")
     reads = []
     real_load = options.json.load

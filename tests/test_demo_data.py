@@ -5,10 +5,10 @@ import os
 import numpy as np
 import pytest
 
-from src.datasets.decoder import decode_all_frames
-from src.datasets.jsonl import load_jsonl
-from src.datasets.lmdb_store import LMDBStore
-from src.preprocessing import make_demo_data as mdd
+from clipbert_legacy.datasets.decoder import decode_all_frames
+from clipbert_legacy.datasets.jsonl import load_jsonl
+from clipbert_legacy.datasets.lmdb_store import LMDBStore
+from clipbert_legacy.preprocessing import make_demo_data as mdd
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from src.config import REFERENCE_BEGIN, REFERENCE_END, config_reference_markdown
-from src.config import __main__ as config_main
-from src.config.reference import REFERENCE_PATH, update_reference
+from clipbert_legacy.config import REFERENCE_BEGIN, REFERENCE_END, config_reference_markdown
+from clipbert_legacy.config import __main__ as config_main
+from clipbert_legacy.config.reference import REFERENCE_PATH, update_reference
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -85,7 +85,7 @@ def test_config_reference_is_generated():
     text = REFERENCE_PATH.read_text()
     section = text.split(REFERENCE_BEGIN, 1)[1].split(REFERENCE_END, 1)[0]
     assert section.strip() == config_reference_markdown().strip(), (
-        "docs/config_reference.md is stale: run `.venv/bin/python -m src.config --update-docs`")
+        "docs/config_reference.md is stale: run `.venv/bin/python -m clipbert_legacy.config --update-docs`")
 
 
 @pytest.mark.parametrize("argv", [["--update-docs"], ["--update-readme", "README.md"]])

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.training.data import MetaSampler, ResumableDistributedSampler
-from src.training.plan import RunPlan
+from clipbert_legacy.training.data import MetaSampler, ResumableDistributedSampler
+from clipbert_legacy.training.plan import RunPlan
 from tests import mp_utils
 from tests import multinode_utils as mn
 from tests.conftest import requires_horovod
@@ -303,7 +303,7 @@ def test_rollback_to_a_snapshot_redoes_the_same_steps(tmp_path, precision):
     """What a failed worker's survivors do: back to the commit (weights, fp32 masters and loss scale
     under amp O2, optimizer state, counters, data position), then the same steps again give the same
     weights as the first time (no dropout: the toy task is then deterministic)."""
-    from src.training.engine import Trainer
+    from clipbert_legacy.training.engine import Trainer
     from tests.toy_task import ToyTask, toy_cfg
 
     cfg = toy_cfg(tmp_path / precision, fp16=int(precision == "fp16"), dist_backend="torch")
@@ -331,8 +331,8 @@ def test_rollback_to_a_snapshot_redoes_the_same_steps(tmp_path, precision):
 
 def test_task_validation_data_is_rebuilt_when_the_world_changes(monkeypatch):
     """Tasks build their validation share once; after an elastic change of workers, again."""
-    import src.compat.hvd as hvd
-    from src.tasks.base import ClipBertTask
+    import clipbert_legacy.compat.hvd as hvd
+    from clipbert_legacy.tasks.base import ClipBertTask
     task, builds = ClipBertTask(), []
 
     def build():

@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from src.training.data import ResumableDistributedSampler, build_train_dataloader
-from src.training.engine import Trainer
-from src.training.hooks import metric_mode
-from src.training.nonfinite import NonFiniteLossError
-from src.training.plan import num_train_steps, save_interval, valid_interval
+from clipbert_legacy.training.data import ResumableDistributedSampler, build_train_dataloader
+from clipbert_legacy.training.engine import Trainer
+from clipbert_legacy.training.hooks import metric_mode
+from clipbert_legacy.training.nonfinite import NonFiniteLossError
+from clipbert_legacy.training.plan import num_train_steps, save_interval, valid_interval
 from tests.toy_task import ToyDataset, ToyTask, collate, toy_cfg
 
 
@@ -195,8 +195,12 @@ def test_debug_stops_after_3_steps(tmp_path):
 
 
 def test_inference_helpers(tmp_path):
-    from src.config import parse_args
-    from src.training.inference import inference_result_dir, load_trained_model, prepare_inference_config
+    from clipbert_legacy.config import parse_args
+    from clipbert_legacy.training.inference import (
+        inference_result_dir,
+        load_trained_model,
+        prepare_inference_config,
+    )
     Trainer(toy_cfg(tmp_path, max_txt_len=30), ToyTask()).train()
     cfg = parse_args("retrieval", ["--output_dir", str(tmp_path), "--do_inference", "1",
                                    "--score_agg_func", "max", "--inference_txt_db", "/txt/test.jsonl",
@@ -215,8 +219,8 @@ def test_inference_helpers(tmp_path):
 def test_misc_and_logger_helpers():
     import random
 
-    from src.utils.logger import RunningMeter
-    from src.utils.misc import NoOp, set_random_seed, zero_none_grad
+    from clipbert_legacy.utils.logger import RunningMeter
+    from clipbert_legacy.utils.misc import NoOp, set_random_seed, zero_none_grad
     from tests.toy_task import ToyModel
     m = ToyModel()
     m(torch.randn(2, 6)).sum().backward()
@@ -252,6 +256,6 @@ def test_profile_steps_writes_a_trace_and_the_top_operators(tmp_path, caplog):
 
 @pytest.mark.parametrize("spec", ["5-3", "0-2", "x", "3-"])
 def test_bad_profile_steps_is_a_config_error(tmp_path, spec):
-    from src.config import ConfigError
+    from clipbert_legacy.config import ConfigError
     with pytest.raises(ConfigError, match=f"profile_steps='{spec}' is invalid: expected A-B"):
         toy_cfg(tmp_path, profile_steps=spec)

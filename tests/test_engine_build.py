@@ -1,4 +1,5 @@
-"""The trainer is assembled once (``src.training.build``) and never rewritten: few attributes, the built
+"""The trainer is assembled once (``clipbert_legacy.training.build``) and never rewritten: few attributes, the
+built
 components the same objects from set-up to the end, the config as given, and no code outside the
 builder that assigns a trainer attribute or a config value."""
 import ast
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from src.training import batch_size_finder
-from src.training.contracts import Hook
-from src.training.engine import Trainer
+from clipbert_legacy.training import batch_size_finder
+from clipbert_legacy.training.contracts import Hook
+from clipbert_legacy.training.engine import Trainer
 from tests.toy_task import ToyTask, toy_cfg
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,11 +58,11 @@ def test_the_trainer_is_a_handful_of_attributes(tmp_path):
 def test_close_outputs_closes_every_writer_last_opened_first_and_raises_the_first_error(tmp_path, caplog):
     """W&B (opened last) finishes its run before TensorBoard and the others close, as before the writers;
     a writer that fails to close does not keep the others (or the lock) open."""
-    from src.training.build import Outputs, close_outputs
-    from src.training.checkpoint import TrainingRestorer
-    from src.training.events import Writer
-    from src.training.run_dir import RunDirectory
-    from src.utils.errors import UserError
+    from clipbert_legacy.training.build import Outputs, close_outputs
+    from clipbert_legacy.training.checkpoint import TrainingRestorer
+    from clipbert_legacy.training.events import Writer
+    from clipbert_legacy.training.run_dir import RunDirectory
+    from clipbert_legacy.utils.errors import UserError
 
     closed = []
 
@@ -93,10 +94,11 @@ def test_close_outputs_closes_every_writer_last_opened_first_and_raises_the_firs
 
 # ---------------------------------------------------------------------------------------------------
 # the source: who assigns what
-BUILDER = REPO / "src" / "training" / "build.py"
-ENGINE = REPO / "src" / "training" / "engine.py"
+PKG = REPO / "src" / "clipbert_legacy"
+BUILDER = PKG / "training" / "build.py"
+ENGINE = PKG / "training" / "engine.py"
 # inference prepares its config (the trained run's model keys) before it builds a model; it never trains
-EXEMPT_FUNCTIONS = {(REPO / "src" / "training" / "inference.py", "prepare_inference_config")}
+EXEMPT_FUNCTIONS = {(PKG / "training" / "inference.py", "prepare_inference_config")}
 
 
 def _functions_and_nodes(tree):
@@ -151,7 +153,7 @@ def test_nothing_outside_the_builder_assigns_a_trainer_attribute_or_a_config_val
     ``cfg.x = ...``, ``cfg[k] = ...`` or ``setattr`` on them."""
     offenders = []
     for f in sorted((REPO / "src").rglob("*.py")):
-        if f == BUILDER or f.relative_to(REPO).parts[1] == "config":
+        if f == BUILDER or f.relative_to(REPO).parts[1:3] == ("clipbert_legacy", "config"):
             continue
         offenders += offending_assignments(f)
     for folder in ("benchmarks", "tools", "tests/workers"):  # what drives a Trainer from outside src/
@@ -203,4 +205,4 @@ def test_only_the_engine_writes_the_restore_file():
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr == "save_restore"):
                 callers.append(f"{f.relative_to(REPO)}:{node.lineno}")
-    assert [c.split(":")[0] for c in callers] == ["src/training/engine.py"] * 2, callers
+    assert [c.split(":")[0] for c in callers] == ["src/clipbert_legacy/training/engine.py"] * 2, callers

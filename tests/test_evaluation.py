@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from src.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions, mc_predict
-from src.evaluation.qa import QA_ANSWER_TYPES, eval_qa, gather_qa_results, qa_scores
-from src.evaluation.retrieval import eval_retrieval, gather_retrieval_results
+from clipbert_legacy.evaluation.mc import eval_mc, format_mc_accuracy, gather_mc_predictions, mc_predict
+from clipbert_legacy.evaluation.qa import QA_ANSWER_TYPES, eval_qa, gather_qa_results, qa_scores
+from clipbert_legacy.evaluation.retrieval import eval_retrieval, gather_retrieval_results
 
 
 def scores(matrix, txt_ids, vid_ids):
@@ -78,7 +78,7 @@ def test_all_gather_list_returns_fresh_copies_in_one_process():
     """ClipBERT's utils.distributed.all_gather_list pickled the data and unpickled every rank's entry,
     so even the caller's own entry is a copy (editing the result never edits the input);
     any_broadcast did the same on the root."""
-    from src.utils.distributed import all_gather_list, any_broadcast
+    from clipbert_legacy.utils.distributed import all_gather_list, any_broadcast
     data = {"preds": [1, 2], "n": 3}
     (mine,) = all_gather_list(data)
     assert mine == data and mine is not data and mine["preds"] is not data["preds"]

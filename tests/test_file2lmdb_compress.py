@@ -9,9 +9,9 @@ import lmdb
 import numpy as np
 import pytest
 
-from src.preprocessing import file2lmdb
-from src.preprocessing.make_demo_data import encode_mp4, render_video
-from src.preprocessing.video_compress import CompressSettings, compress_video, output_size
+from clipbert_legacy.preprocessing import file2lmdb
+from clipbert_legacy.preprocessing.make_demo_data import encode_mp4, render_video
+from clipbert_legacy.preprocessing.video_compress import CompressSettings, compress_video, output_size
 
 
 def _write(path, data):

@@ -5,7 +5,7 @@ from collections import OrderedDict
 
 import torch
 
-from src.utils.distributed import allgather_with_tensors
+from clipbert_legacy.utils.distributed import allgather_with_tensors
 
 
 def _same(a, b):

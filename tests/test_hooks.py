@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from src.training.contracts import Hook, StepResult
-from src.training.engine import Trainer
-from src.training.events import LogLines, MetricsJsonl, ProgressBar, TensorBoard
-from src.training.hooks import BestCheckpoint, EarlyStopping, Evaluation, StepCheckpoints
+from clipbert_legacy.training.contracts import Hook, StepResult
+from clipbert_legacy.training.engine import Trainer
+from clipbert_legacy.training.events import LogLines, MetricsJsonl, ProgressBar, TensorBoard
+from clipbert_legacy.training.hooks import BestCheckpoint, EarlyStopping, Evaluation, StepCheckpoints
 from tests import mp_utils
 from tests.run_files import assert_same_run_files
 from tests.toy_task import ToyTask, toy_cfg
@@ -245,7 +245,7 @@ def test_the_elastic_commit_comes_after_the_end_of_the_step(tmp_path):
 
     import torch
 
-    from src.training.elastic import ElasticCommit
+    from clipbert_legacy.training.elastic import ElasticCommit
 
     out = tmp_path / "run"
     commits = []

@@ -55,7 +55,7 @@ def test_a_shared_structure_pkl_as_cnn_weights_is_refused_at_once(tmp_path):
     assert path.stat().st_size < 300
     t0 = time.time()
     lines = refusals(bounded(f"""
-        from src.utils.load_save import load_state_dict_file
+        from clipbert_legacy.utils.load_save import load_state_dict_file
         refusal(load_state_dict_file, {str(path)!r})"""))
     want = (f"UnsafeFileError: {path} was refused: it holds a structure of more than 5,000,000 nodes once "
             f"its shared parts are unfolded (a few bytes can describe 2**40 paths), which no file of weights "
@@ -71,7 +71,7 @@ def test_a_shared_structure_restore_file_is_refused(tmp_path):
     hf.write_shared_restore(ckpt / "restore.pt")
     assert (ckpt / "restore.pt").stat().st_size < 4000
     lines = refusals(bounded(f"""
-        from src.training.checkpoint import TrainingRestorer
+        from clipbert_legacy.training.checkpoint import TrainingRestorer
         refusal(TrainingRestorer({str(ckpt)!r}).load)"""))
     want = f"UnsafeFileError: {ckpt}/restore.pt was refused: it holds a structure of more than 5,000,000"
     assert len(lines) == 1 and lines[0].startswith(want), lines
@@ -92,11 +92,11 @@ def test_an_archive_zipfile_cannot_parse_is_never_given_to_torch(tmp_path, defla
         (tmp_path / "ckpt").mkdir()
         target = tmp_path / "ckpt" / "restore.pt"
         os.link(deflated_archive, target)
-        call = ("from src.training.checkpoint import TrainingRestorer\n"
+        call = ("from clipbert_legacy.training.checkpoint import TrainingRestorer\n"
                 f"refusal(TrainingRestorer({str(target.parent)!r}).load)")
     else:
         target = deflated_archive
-        call = ("from src.utils.load_save import load_state_dict_file\n"
+        call = ("from clipbert_legacy.utils.load_save import load_state_dict_file\n"
                 f"refusal(load_state_dict_file, {str(target)!r})")
     lines = refusals(bounded(call))
     assert len(lines) == 1 and (f"{target} is not an archive torch.save writes: its zip directory does not "
@@ -107,7 +107,7 @@ def test_a_deflated_record_with_a_clean_directory_is_refused_too(tmp_path):
     path = tmp_path / "w.pt"
     hf.write_deflated_archive(path, numel=2 ** 24, corrupt_extra=False)
     lines = refusals(bounded(f"""
-        from src.utils.load_save import load_state_dict_file
+        from clipbert_legacy.utils.load_save import load_state_dict_file
         refusal(load_state_dict_file, {str(path)!r})"""))
     assert len(lines) == 1 and "is compressed, which torch.save never writes" in lines[0], lines
 
@@ -121,9 +121,9 @@ def test_run_files_linked_to_a_device_are_refused(tmp_path, device):
     (ckpt / "model_step_1.pt").symlink_to(device)
     (tmp_path / "weights.pt").symlink_to(device)
     lines = refusals(bounded(f"""
-        from src.training.checkpoint import TrainingRestorer
-        from src.utils.safe_load import torch_load
-        from src.utils.load_save import load_state_dict_file
+        from clipbert_legacy.training.checkpoint import TrainingRestorer
+        from clipbert_legacy.utils.safe_load import torch_load
+        from clipbert_legacy.utils.load_save import load_state_dict_file
         refusal(TrainingRestorer({str(ckpt)!r}).load)
         refusal(torch_load, {str(ckpt / 'model_step_1.pt')!r}, 'fix', follow_symlinks=False)
         refusal(load_state_dict_file, {str(tmp_path / 'weights.pt')!r})""", timeout=60))
@@ -141,7 +141,7 @@ def test_a_fifo_as_restore_file_is_refused_without_blocking(tmp_path):
     ckpt.mkdir()
     os.mkfifo(ckpt / "restore.pt")
     lines = refusals(bounded(f"""
-        from src.training.checkpoint import TrainingRestorer
+        from clipbert_legacy.training.checkpoint import TrainingRestorer
         refusal(TrainingRestorer({str(ckpt)!r}).load)""", timeout=60))
     want = (f"UnsafeFileError: {ckpt}/restore.pt was refused: it is a FIFO (named pipe), not a regular file "
             f"(reading it could block or never end); give the path of the file itself")
@@ -155,7 +155,7 @@ def test_sigterm_ends_a_process_that_is_loading(tmp_path):
     code = textwrap.dedent(f"""
         import signal, time, torch
         signal.signal(signal.SIGTERM, lambda *a: print("recorded", flush=True))  # as StopSignals does
-        from src.utils.safe_load import torch_load
+        from clipbert_legacy.utils.safe_load import torch_load
         torch.load = lambda *a, **k: (print("loading", flush=True), time.sleep(120))  # a load that takes long
         torch_load({str(path)!r}, "fix")
         print("returned", flush=True)""")
@@ -172,7 +172,7 @@ def test_sigterm_ends_a_process_that_is_loading(tmp_path):
 
 @pytest.fixture(scope="module")
 def small_mp4():
-    from src.preprocessing.make_demo_data import encode_mp4
+    from clipbert_legacy.preprocessing.make_demo_data import encode_mp4
     from tests.test_decoder import indexed_frames
     return encode_mp4(indexed_frames(30, 64), fps=30, size=(64, 64), gop=12)
 
@@ -181,7 +181,7 @@ def test_an_mp4_claiming_50_million_frames_is_refused_before_ffmpeg_indexes_it(t
     path = tmp_path / "claims.mp4"
     path.write_bytes(hf.mp4_claiming_frames(small_mp4))
     lines = refusals(bounded(f"""
-        from src.datasets.decoder import decode_clips
+        from clipbert_legacy.datasets.decoder import decode_clips
         refusal(decode_clips, open({str(path)!r}, "rb").read(), 2, 1)""", cap_mb=1500, timeout=60))
     n = path.stat().st_size
     want = (f"VideoDecodeError: the container's sample tables are out of proportion to its {n} bytes: its "
@@ -193,7 +193,7 @@ def test_a_training_store_of_hostile_videos_is_bounded_per_worker_and_logs_each_
     """Eleven hostile videos and three good ones in one store, two epochs with two loader workers: each
     process (the workers inherit the cap) stays within CAP_MB, every batch holds good videos, and each
     bad key is logged once per epoch."""
-    from src.preprocessing.file2lmdb import LMDBWriter
+    from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
     db = tmp_path / "db"
     bad = {f"claims{i}": hf.mp4_claiming_frames(small_mp4, 10 ** 7 * (i + 1)) for i in range(5)}
     bad.update({f"grows{i}": hf.mp4_with_inband_size_change() for i in range(3)})
@@ -207,10 +207,10 @@ def test_a_training_store_of_hostile_videos_is_bounded_per_worker_and_logs_each_
     p = bounded(f"""
         import logging, sys
         logging.basicConfig(level=logging.WARNING, format="LOG %(message)s", stream=sys.stdout)
-        from src.datasets.build import load_tokenizer
-        from src.datasets.dataset_retrieval import VideoRetrievalCollator, VideoRetrievalDataset
-        from src.datasets.loaders import PrefetchLoader
-        from src.training.data import ResumableDistributedSampler, build_train_dataloader
+        from clipbert_legacy.datasets.build import load_tokenizer
+        from clipbert_legacy.datasets.dataset_retrieval import VideoRetrievalCollator, VideoRetrievalDataset
+        from clipbert_legacy.datasets.loaders import PrefetchLoader
+        from clipbert_legacy.training.data import ResumableDistributedSampler, build_train_dataloader
         from tests.test_datasets import TOK_DIR, _retrieval_groups
         ds = VideoRetrievalDataset(_retrieval_groups({keys!r}), {str(db)!r}, itm_neg_size=1, fps=2, num_frm=2,
                                    max_img_size=32, is_train=True, name="rt", max_frame_pixels=64 * 64 * 3,
@@ -246,8 +246,8 @@ def test_a_forged_who_entry_cannot_make_the_watchdog_kill_an_unrelated_process(t
         p = bounded(f"""
             import datetime, os, socket
             import torch.distributed as dist
-            from src.compat import _peer_watchdog as wd
-            from src.compat._store_auth import start_time
+            from clipbert_legacy.compat import _peer_watchdog as wd
+            from clipbert_legacy.compat._store_auth import start_time
             store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10))
             pid = {victim.pid}
             store.set("p/who1", f"{{socket.gethostname()}} {{pid}} {{start_time(pid)}}")  # the forgery
@@ -264,8 +264,8 @@ def test_a_forged_who_entry_cannot_make_the_watchdog_kill_an_unrelated_process(t
 
 
 def test_a_planted_lock_symlink_is_refused_and_its_target_untouched(tmp_path):
-    from src.training.run_dir import RunDirectory
-    from src.utils.errors import UnsafeFileError
+    from clipbert_legacy.training.run_dir import RunDirectory
+    from clipbert_legacy.utils.errors import UnsafeFileError
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     out = tmp_path / "out"
@@ -281,8 +281,8 @@ def test_a_pkl_cannot_build_attributes_onto_the_loaders_functions(tmp_path):
     path = tmp_path / "w.pkl"
     path.write_bytes(hf.build_on_function_pickle())
     lines = refusals(bounded(f"""
-        from src.utils import safe_numpy
-        from src.utils.safe_load import load_pickle_weights
+        from clipbert_legacy.utils import safe_numpy
+        from clipbert_legacy.utils.safe_load import load_pickle_weights
         refusal(load_pickle_weights, {str(path)!r})
         print("NAME", safe_numpy.scalar.__name__)"""))
     assert len(lines) == 1 and "asks for attributes set on a function (pickle BUILD)" in lines[0], lines
@@ -292,7 +292,7 @@ def test_a_pkl_naming_a_huge_memo_index_stays_small(tmp_path):
     path = tmp_path / "memo.pkl"
     path.write_bytes(hf.c_memo_pickle())
     p = bounded(f"""
-        from src.utils.safe_load import load_pickle_weights
+        from clipbert_legacy.utils.safe_load import load_pickle_weights
         print("GOT", load_pickle_weights({str(path)!r}))""", cap_mb=1200)
     assert p.returncode == 0 and "GOT None" in p.stdout, p.stderr[-2000:]
 
@@ -302,7 +302,7 @@ def test_state_dict_keys_that_are_not_strings_are_one_line(tmp_path):
     torch.save({1: torch.zeros(2), "b": torch.zeros(2)}, path)
     lines = refusals(bounded(f"""
         import torch
-        from src.utils.load_save import load_state_dict_with_mismatch
+        from clipbert_legacy.utils.load_save import load_state_dict_with_mismatch
         refusal(load_state_dict_with_mismatch, torch.nn.Linear(2, 2), {str(path)!r})"""))
     want = (f"CheckpointError: {path} is not a state dict: its key 1 is a int, not a parameter name; give a "
             f"file of model weights")
@@ -319,7 +319,7 @@ def test_truncated_and_lying_pt_files_in_training_are_one_line(tmp_path):
     assert at == -1 and data != bytes(lying)
     (tmp_path / "lying.pt").write_bytes(data)
     lines = refusals(bounded(f"""
-        from src.utils.load_save import load_state_dict_file
+        from clipbert_legacy.utils.load_save import load_state_dict_file
         refusal(load_state_dict_file, {str(tmp_path / 'cut.pt')!r})
         refusal(load_state_dict_file, {str(tmp_path / 'lying.pt')!r})"""))
     assert len(lines) == 2, lines
@@ -337,7 +337,7 @@ def test_every_safetensors_error_is_one_line(tmp_path):
         (tmp_path / f"{name}.safetensors").write_bytes(data)
     calls = "\n".join(f"refusal(load_state_dict_file, {str(tmp_path / (n + '.safetensors'))!r})"
                       for n in cases)
-    lines = refusals(bounded("from src.utils.load_save import load_state_dict_file\n" + calls))
+    lines = refusals(bounded("from clipbert_legacy.utils.load_save import load_state_dict_file\n" + calls))
     assert len(lines) == len(cases) and all(ln.startswith("CheckpointError: ") and "is not a readable "
                                             ".safetensors file" in ln for ln in lines), lines
 
@@ -346,7 +346,7 @@ def test_every_safetensors_error_is_one_line(tmp_path):
 def test_huge_integers_in_a_config_are_one_line_exit_2(tmp_path, digits):
     path = tmp_path / "c.json"
     path.write_text('{"learning_rate": ' + "9" * digits + "}")
-    p = run_python(["-m", "src.tasks.run_video_retrieval", "--config", path], timeout=TIMEOUT_S)
+    p = run_python(["-m", "clipbert_legacy.tasks.run_video_retrieval", "--config", path], timeout=TIMEOUT_S)
     assert p.returncode == 2 and p.stderr.strip() == (
         f"config error: --config {str(path)!r}: an integer of {digits} digits (99999999999999999999... "
         f"({digits} chars)); a config value has at most 30"), p.stderr[-2000:]
@@ -361,8 +361,8 @@ def test_huge_integers_in_a_config_are_one_line_exit_2(tmp_path, digits):
     ({"vocab_size": 2 ** 24, "hidden_size": 2 ** 14}, "more than 20 G"),
 ])
 def test_model_config_keys_and_values_are_checked_against_bertconfig(tmp_path, extra, message):
-    from src.config import ConfigError
-    from src.modeling.build import load_model_config
+    from clipbert_legacy.config import ConfigError
+    from clipbert_legacy.modeling.build import load_model_config
     raw = json.loads((REPO / "configs/model/tiny_model.json").read_text())
     path = tmp_path / "m.json"
     path.write_text(json.dumps({**raw, **extra}))
@@ -375,7 +375,7 @@ def test_an_inband_size_change_above_the_limit_is_too_large(tmp_path):
     path = tmp_path / "grows.mp4"
     path.write_bytes(hf.mp4_with_inband_size_change(64, 128))
     lines = refusals(bounded(f"""
-        from src.datasets.decoder import decode_clips
+        from clipbert_legacy.datasets.decoder import decode_clips
         refusal(decode_clips, open({str(path)!r}, "rb").read(), 2, 1, sampling_strategy="uniform",
                 max_frame_pixels=64 * 64 * 3)""", cap_mb=1500))
     assert lines == ["VideoDecodeError: a decoded frame is 128x128 (16384 pixels), above "
@@ -391,9 +391,9 @@ def test_forged_store_writes_are_one_line_each_and_the_job_goes_on(caplog):
 
     import torch.distributed as dist
 
-    from src.compat import _peer_watchdog as wd
-    from src.compat._hvd_torch_controller import Controller, Request
-    from src.compat._store_auth import seal
+    from clipbert_legacy.compat import _peer_watchdog as wd
+    from clipbert_legacy.compat._hvd_torch_controller import Controller, Request
+    from clipbert_legacy.compat._store_auth import seal
     caplog.set_level(logging.WARNING)
     os.environ["CLIPBERT_JOB_TOKEN"] = "s" * 32
     try:
@@ -429,8 +429,8 @@ def test_forged_store_writes_are_one_line_each_and_the_job_goes_on(caplog):
 
 
 def test_ckpt_and_log_symlinks_are_refused_and_nothing_outside_is_touched(tmp_path):
-    from src.training.run_dir import RunDirectory
-    from src.utils.errors import UnsafeFileError
+    from clipbert_legacy.training.run_dir import RunDirectory
+    from clipbert_legacy.utils.errors import UnsafeFileError
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for name in ("x.tmp123", "model_step_1.pt"):
@@ -453,7 +453,7 @@ def test_ckpt_and_log_symlinks_are_refused_and_nothing_outside_is_touched(tmp_pa
 def test_keep_last_k_deletes_only_regular_files_of_this_run(tmp_path):
     from types import SimpleNamespace
 
-    from src.training.hooks import StepCheckpoints
+    from clipbert_legacy.training.hooks import StepCheckpoints
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     outside = tmp_path / "outside.pt"

@@ -1,4 +1,4 @@
-"""src.compat.hvd: real multi-process runs under horovodrun (Gloo) and torchrun."""
+"""clipbert_legacy.compat.hvd: real multi-process runs under horovodrun (Gloo) and torchrun."""
 import json
 import os
 import time
@@ -49,7 +49,7 @@ def test_two_processes_match_single_process(tmp_path, launcher, bpps):
 
 
 def test_single_process_without_launcher():
-    import src.compat.hvd as hvd
+    import clipbert_legacy.compat.hvd as hvd
     hvd.init()
     assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)
     t = torch.arange(4.0)
@@ -67,7 +67,7 @@ def test_single_process_without_launcher():
 
 
 def test_bad_arguments_are_clear():
-    import src.compat.hvd as hvd
+    import clipbert_legacy.compat.hvd as hvd
     hvd.init()
     m = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="backward_passes_per_step"):
@@ -109,7 +109,7 @@ def test_all_gather_list_small_and_10mb(tmp_path, launcher):
 def test_all_gather_list_returns_fresh_copies_in_one_process():
     """ClipBERT's distributed.all_gather_list pickled every rank's object into a buffer and returned
     ``pickle.loads`` of each entry, the caller's own included: the result never aliases the input."""
-    from src.utils.distributed import all_gather_list, any_broadcast
+    from clipbert_legacy.utils.distributed import all_gather_list, any_broadcast
     data = {"k": [1, 2]}
     out = all_gather_list(data)
     assert out == [data] and out[0] is not data
@@ -127,7 +127,7 @@ def test_horovod_cycle_time_default_for_cpu_jobs(given):
     one (Horovod's 1 ms default costs CPU ranks compute: benchmarks/bench_scaling.py)."""
     if not mp_utils.horovodrun_available():
         pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
-    code = ("import os, src.compat.hvd as hvd; hvd.init(); "
+    code = ("import os, clipbert_legacy.compat.hvd as hvd; hvd.init(); "
             "print('cycle', hvd.rank(), os.environ['HOROVOD_CYCLE_TIME'])")
     env = {"DIST_BACKEND": "horovod"}
     if given:

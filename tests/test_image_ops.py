@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from src.datasets.collate import stack_visual
-from src.datasets.data_utils import ImageNorm, ImagePad, ImageResize
-from src.datasets.image_ops import PaddedFrames, get_resize_size, resize_and_pad, write_resized
-from src.datasets.loaders import PrefetchLoader
+from clipbert_legacy.datasets.collate import stack_visual
+from clipbert_legacy.datasets.data_utils import ImageNorm, ImagePad, ImageResize
+from clipbert_legacy.datasets.image_ops import PaddedFrames, get_resize_size, resize_and_pad, write_resized
+from clipbert_legacy.datasets.loaders import PrefetchLoader
 
 MEAN, STD = [123.675, 116.28, 103.53], [1.0, 1.0, 1.0]
 # (H, W) sources: MSRVTT-like 240p, 360p/720p (downscale to 448), odd sizes, portrait, tiny

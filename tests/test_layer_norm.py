@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from src.compat import amp
-from src.compat.layer_norm import FusedLayerNorm, MixedFusedLayerNorm, fused_kernel_available
+from clipbert_legacy.compat import amp
+from clipbert_legacy.compat.layer_norm import FusedLayerNorm, MixedFusedLayerNorm, fused_kernel_available
 
 
 def test_cpu_output_bitwise_equals_nn_layernorm_and_same_keys():

@@ -7,10 +7,10 @@ import lmdb
 import numpy as np
 import pytest
 
-from src.datasets.lmdb_store import LMDBStore
-from src.preprocessing import file2lmdb
-from src.preprocessing.file2lmdb import LMDBWriter
-from src.preprocessing.make_demo_data import encode_mp4
+from clipbert_legacy.datasets.lmdb_store import LMDBStore
+from clipbert_legacy.preprocessing import file2lmdb
+from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
+from clipbert_legacy.preprocessing.make_demo_data import encode_mp4
 from tests.mp_utils import check, run_python
 
 

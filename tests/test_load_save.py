@@ -6,8 +6,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from src.utils.errors import CheckpointError
-from src.utils.load_save import LoadSummary, load_state_dict_with_mismatch
+from clipbert_legacy.utils.errors import CheckpointError
+from clipbert_legacy.utils.load_save import LoadSummary, load_state_dict_with_mismatch
 
 
 def _net():
@@ -25,7 +25,7 @@ def _ckpt():
 def test_loads_matching_and_reports_rest(caplog):
     net = _net()
     old_w2 = net[2].weight.detach().clone()
-    with caplog.at_level(logging.INFO, logger="src.utils.load_save"):
+    with caplog.at_level(logging.INFO, logger="clipbert_legacy.utils.load_save"):
         s = load_state_dict_with_mismatch(net, _ckpt(), ignore_prefixes=("rpn.",))
     assert isinstance(s, LoadSummary)
     assert s.loaded == ["0.bias", "0.weight"]

@@ -1,4 +1,5 @@
-"""DataLoader worker settings (src/utils/loader_workers.py): a too-small /dev/shm is a one-line error before
+"""DataLoader worker settings (src/clipbert_legacy/utils/loader_workers.py): a too-small /dev/shm is a
+one-line error before
 any worker starts, and a stalled worker ends the loader after the timeout instead of hanging it."""
 import os
 import time
@@ -7,9 +8,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from src.training.data import build_train_dataloader
-from src.utils.errors import UserError, one_line
-from src.utils.loader_workers import SharedMemoryError, check_shared_memory, worker_settings
+from clipbert_legacy.training.data import build_train_dataloader
+from clipbert_legacy.utils.errors import UserError, one_line
+from clipbert_legacy.utils.loader_workers import SharedMemoryError, check_shared_memory, worker_settings
 
 
 def _free_mb(path):
@@ -31,7 +32,7 @@ def test_small_shm_is_a_one_line_error_naming_the_fixes(tmp_path):
 
 
 def test_the_limit_comes_from_the_environment(tmp_path, monkeypatch):
-    monkeypatch.setattr("src.utils.loader_workers.SHM_DIR", str(tmp_path))
+    monkeypatch.setattr("clipbert_legacy.utils.loader_workers.SHM_DIR", str(tmp_path))
     monkeypatch.setenv("CLIPBERT_MIN_SHM_MB", str(int(_free_mb(tmp_path)) + 1024))
     with pytest.raises(SharedMemoryError):
         check_shared_memory(1, shm_dir=str(tmp_path))

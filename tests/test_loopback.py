@@ -1,7 +1,7 @@
 """Single-machine launches listen on the loopback only (issue 38, item 14).
 
 torch's TCPStore server and horovodrun's rendezvous server take unauthenticated commands and listen
-on every interface by default; our scripts launch single-machine jobs through src.compat.loopback.
+on every interface by default; our scripts launch single-machine jobs through clipbert_legacy.compat.loopback.
 Every TCP listener of the job's processes is read from /proc while it runs (the same table ``ss -ltnp``
 shows) and must be on 127.0.0.0/8 or ::1; the plain launcher, measured the same way, is not."""
 import glob
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from src.compat.loopback import is_loopback
+from clipbert_legacy.compat.loopback import is_loopback
 from tests import mp_utils
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,12 +131,12 @@ def test_multinode_torchrun_with_one_node_on_the_loopback(tmp_path):
     (["torchrun", "--nproc_per_node", "1", "--master_addr", "192.0.2.7", "x.py"],
      "the rendezvous host '192.0.2.7' is not a loopback address"),
     (["horovodrun", "-np", "2", "-H", "localhost:1,node2:1", "python", "x.py"], "-H names host 'node2'"),
-    (["mpirun", "x"], "usage: python -m src.compat.loopback {torchrun|horovodrun}"),
+    (["mpirun", "x"], "usage: python -m clipbert_legacy.compat.loopback {torchrun|horovodrun}"),
 ])
 def test_jobs_beyond_this_machine_are_refused(argv, why):
     if argv[0] == "horovodrun" and not mp_utils.horovodrun_available():
         pytest.skip("horovodrun not installed")
-    p = mp_utils.run_python(["-m", "src.compat.loopback", *argv], timeout=120)
+    p = mp_utils.run_python(["-m", "clipbert_legacy.compat.loopback", *argv], timeout=120)
     assert p.returncode == 2 and why in p.stderr, p.stderr[-2000:]
     assert len(p.stderr.strip().splitlines()) == 1
 

@@ -1,12 +1,13 @@
-"""ClipBERT's MetaLoader as src.training.data.MetaSampler: each batch from one dataset drawn by ratio,
+"""ClipBERT's MetaLoader as clipbert_legacy.training.data.MetaSampler: each batch from one dataset drawn by
+ratio,
 the same dataset on every rank, disjoint examples across ranks, exact continuation after a resume."""
 import pytest
 import torch
 
-from src.datasets.multi import MultiDataset
-from src.training.contracts import Hook
-from src.training.data import MetaSampler
-from src.training.engine import Trainer
+from clipbert_legacy.datasets.multi import MultiDataset
+from clipbert_legacy.training.contracts import Hook
+from clipbert_legacy.training.data import MetaSampler
+from clipbert_legacy.training.engine import Trainer
 from tests.toy_task import ToyTask, toy_cfg
 
 SIZES, RATIOS, B = [100, 300, 20], [1, 3, 1], 4

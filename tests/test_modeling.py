@@ -7,9 +7,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from src.modeling.build import build_model
-from src.modeling.heads import RetrievalHead, aggregate_clip_logits, clip_aggregated_loss, lse_loss, make_head
-from src.utils.pretrained_paths import default_minilm_dir, resolve_path
+from clipbert_legacy.modeling.build import build_model
+from clipbert_legacy.modeling.heads import (
+    RetrievalHead,
+    aggregate_clip_logits,
+    clip_aggregated_loss,
+    lse_loss,
+    make_head,
+)
+from clipbert_legacy.utils.pretrained_paths import default_minilm_dir, resolve_path
 
 torch.set_num_threads(1)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -233,8 +239,8 @@ def test_config_errors_are_clear(tmp_path):
 
 # ---------------------------------------------------------------- grad checkpointing
 def test_grad_ckpt_same_gradients(monkeypatch):
-    import src.modeling.backbone as backbone_mod
-    import src.modeling.clipbert as clipbert_mod
+    import clipbert_legacy.modeling.backbone as backbone_mod
+    import clipbert_legacy.modeling.clipbert as clipbert_mod
     calls = []
 
     def counting(orig):
@@ -284,7 +290,7 @@ def test_sdpa_attention_matches_eager(tmp_path):
 
 # ---------------------------------------------------------------- amp O2 on CPU
 def test_amp_o2_keeps_backbone_bn_fp32_and_trains_on_cpu():
-    amp = pytest.importorskip("src.compat.amp", reason="src.compat.amp (amp workstream) not present")
+    amp = pytest.importorskip("clipbert_legacy.compat.amp", reason="clipbert_legacy.compat.amp not present")
     torch.manual_seed(0)
     model = build_model(_cfg())
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)

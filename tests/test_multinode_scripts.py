@@ -77,7 +77,7 @@ def test_torchrun_one_node_on_the_loopback_binds_it(addr):
     p = _run("multinode_torchrun.sh", "x.py", NNODES="1", NODE_RANK="0", MASTER_ADDR=addr, MASTER_PORT="1234",
              NPROC_PER_NODE="2", PYTHON="/bin/echo")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split()[:5] == ["-m", "src.compat.loopback", "torchrun", "--nnodes", "1"]
+    assert p.stdout.split()[:5] == ["-m", "clipbert_legacy.compat.loopback", "torchrun", "--nnodes", "1"]
     p = _run("multinode_torchrun.sh", "x.py", NNODES="2", NODE_RANK="0", MASTER_ADDR=addr, PYTHON="/bin/echo")
     assert p.stdout.split()[:2] == ["-m", "torch.distributed.run"]  # two nodes: the network is needed
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from src.config import parse_args
-from src.optimization.adamw import AdamW
-from src.optimization.param_groups import build_optimizer, build_param_groups, set_lr
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.optimization.adamw import AdamW
+from clipbert_legacy.optimization.param_groups import build_optimizer, build_param_groups, set_lr
 from tests.toy_task import ToyModel
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from src.config import ConfigError, parse_args
-from src.config.path_roots import PREFIX_ENV, map_path, map_paths, parse_prefix
+from clipbert_legacy.config import ConfigError, parse_args
+from clipbert_legacy.config.path_roots import PREFIX_ENV, map_path, map_paths, parse_prefix
 
 
 def test_map_path_only_touches_the_four_roots():

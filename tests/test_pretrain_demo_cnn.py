@@ -1,4 +1,5 @@
-"""The demo CNN pretraining (src/preprocessing/pretrain_demo_cnn.py): it learns the attributes, its
+"""The demo CNN pretraining (src/clipbert_legacy/preprocessing/pretrain_demo_cnn.py): it learns the
+attributes, its
 file is a detectron2-style backbone checkpoint that the demo configs load key for key, it is
 deterministic, and bad input fails with one line naming the file and the fix."""
 import json
@@ -8,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.config import parse_args
-from src.modeling.build import build_model
-from src.preprocessing import pretrain_demo_cnn as pdc
-from src.preprocessing.make_demo_data import build_demo_data
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.modeling.build import build_model
+from clipbert_legacy.preprocessing import pretrain_demo_cnn as pdc
+from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 item 12). The trace itself: tests/test_engine.py."""
 import logging
 
-from src.training.engine import Trainer
+from clipbert_legacy.training.engine import Trainer
 from tests.toy_task import ToyTask, toy_cfg
 
 

@@ -1,4 +1,5 @@
-"""Row-sparse averaging of embedding-table gradients (``row_sparse_allreduce``, src.compat._row_sparse)
+"""Row-sparse averaging of embedding-table gradients (``row_sparse_allreduce``,
+clipbert_legacy.compat._row_sparse)
 under both launchers: the averaged gradients equal the dense allreduce's bit for bit (2 ranks), while
 only the rows some rank touched travel; a tied table (a gradient in every row) falls back to dense."""
 import json
@@ -61,8 +62,8 @@ def test_engine_picks_the_word_embedding_table_only():
     (its reduction then takes the dense branch, tested above)."""
     import torch
 
-    from src.modeling.build import build_model
-    from src.optimization.param_groups import embedding_tables
+    from clipbert_legacy.modeling.build import build_model
+    from clipbert_legacy.optimization.param_groups import embedding_tables
     from tests.test_modeling import _cfg
 
     model = build_model(_cfg())

@@ -53,11 +53,11 @@ def _write_suite(root):
 
 
 def test_rewrites_only_the_import_line(tmp_path):
-    target = suite.prepare(_write_suite(tmp_path / "h"), "src.compat.hvd", tmp_path / "w")
+    target = suite.prepare(_write_suite(tmp_path / "h"), "clipbert_legacy.compat.hvd", tmp_path / "w")
     before = SUITE.splitlines()
     after = target.read_text().splitlines()
     changed = [(a, b) for a, b in zip(before, after) if a != b]
-    assert changed == [("import horovod.torch as hvd", "import src.compat.hvd as hvd")]
+    assert changed == [("import horovod.torch as hvd", "import clipbert_legacy.compat.hvd as hvd")]
     assert (tmp_path / "w" / "utils" / "common.py").is_file()
     assert suite.test_names(target) == ["test_sums", "test_wrong", "test_skips", "test_hangs"]
 
@@ -84,4 +84,4 @@ def test_runs_a_suite_under_torchrun(tmp_path):
                         "test_hangs": "hung"}, p.stdout
     assert "fails on rank 1" in res["results"]["test_wrong"]["detail"]
     assert res["counts"] == {"passed": 1, "failed": 1, "skipped": 1, "hung": 1}
-    assert "| `src.compat.hvd` under `torchrun -np 2` | 1 | 1 | 1 | 1 |" in p.stdout
+    assert "| `clipbert_legacy.compat.hvd` under `torchrun -np 2` | 1 | 1 | 1 | 1 |" in p.stdout

@@ -2,7 +2,8 @@
 traceback. Every case checks the exit code, the one-line ``error:`` message (naming the file, key or
 value and the fix) and what the run directory holds afterwards.
 
-Toy-task cases run the real entry point (``src.tasks.entry.main``) in-process; kills, locks and dead
+Toy-task cases run the real entry point (``clipbert_legacy.tasks.entry.main``) in-process; kills, locks and
+dead
 ranks use subprocesses with timeouts; the video cases use a tiny synthetic retrieval dataset.
 """
 import fcntl
@@ -21,12 +22,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.config import parse_args
-from src.datasets.build import build_retrieval_datasets
-from src.preprocessing.file2lmdb import LMDBWriter
-from src.tasks.entry import main
-from src.tasks.run_video_retrieval import RetrievalTask
-from src.training.checkpoint import all_finite
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.datasets.build import build_retrieval_datasets
+from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.tasks.run_video_retrieval import RetrievalTask
+from clipbert_legacy.training.checkpoint import all_finite
 from tests import mp_utils
 from tests.toy_task import ToyTask, toy_argv
 
@@ -294,7 +295,7 @@ def test_fp16_divergence_never_saves_non_finite_weights(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def ret(tmp_path_factory):
     """Tiny retrieval data, one 1-epoch training run (3 steps), and a copy of its video store."""
-    from src.preprocessing.make_demo_data import build_demo_data
+    from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
     root = tmp_path_factory.mktemp("integrity_ret")
     data = root / "data"
     build_demo_data(str(data), n_train=12, n_val=8, n_test=4, img_size=48, n_frames=12, fps=10,
@@ -450,7 +451,8 @@ def test_truncated_lmdb_store_is_named_not_a_sigbus(ret, tmp_path, what):
                 {"name": "demo", "txt": str(ret["data"] / "txt/retrieval_train.jsonl"), "img": str(store)}])],
             "inference": task + [str(ret["cfg"]), "--do_inference", "1", "--inference_img_db", str(store),
                                  "--inference_txt_db", str(ret["data"] / "txt/retrieval_val.jsonl")],
-            "verify": ["-m", "src.preprocessing.file2lmdb", "--lmdb_save_dir", str(store), "--verify"]}[what]
+            "verify": ["-m", "clipbert_legacy.preprocessing.file2lmdb", "--lmdb_save_dir", str(store),
+                       "--verify"]}[what]
     p = mp_utils.run_python(argv, timeout=120)
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error: ")]
     assert p.returncode == 1 and len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
@@ -498,7 +500,7 @@ def test_bad_training_videos_are_replaced_counted_and_summarised(ret, tmp_path, 
 
 
 def _one_frame_video():
-    from src.preprocessing.make_demo_data import encode_mp4, render_video
+    from clipbert_legacy.preprocessing.make_demo_data import encode_mp4, render_video
     return encode_mp4(render_video("red", "circle", "still", seed=0, size=48, n_frames=1), fps=10)
 
 

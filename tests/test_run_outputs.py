@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from src.tasks.entry import main
-from src.training.checkpoint import checkpoints_to_keep
-from src.training.metrics_log import read_metrics
-from src.utils import device
-from src.utils.progress import Progress, progress_mode
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.training.checkpoint import checkpoints_to_keep
+from clipbert_legacy.training.metrics_log import read_metrics
+from clipbert_legacy.utils import device
+from clipbert_legacy.utils.progress import Progress, progress_mode
 from tests import mp_utils
 from tests.toy_task import ToyTask, toy_argv
 

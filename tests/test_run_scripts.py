@@ -25,7 +25,8 @@ def test_train_retrieval_single_process_command():
 def test_torchrun_launcher():
     p = _run("train_video_qa.sh", "frameqa", "out/q", NP="4", LAUNCHER="torchrun")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split()[:7] == ["-m", "src.compat.loopback", "torchrun", "--nproc_per_node", "4",
+    assert p.stdout.split()[:7] == ["-m", "clipbert_legacy.compat.loopback", "torchrun", "--nproc_per_node",
+                                    "4",
                                     "--master_addr", "127.0.0.1"]  # listening on the loopback only
     assert "configs/tgif_qa_frameqa_base_resnet50.json" in p.stdout
 
@@ -33,7 +34,7 @@ def test_torchrun_launcher():
 def test_horovodrun_launcher_on_this_machine_binds_the_loopback():
     p = _run("train_retrieval.sh", "configs/demo_ret.json", "out/x", NP="2")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split()[:8] == ["-m", "src.compat.loopback", "horovodrun", "-np", "2", "-H",
+    assert p.stdout.split()[:8] == ["-m", "clipbert_legacy.compat.loopback", "horovodrun", "-np", "2", "-H",
                                     "localhost:2", "/bin/echo"]
 
 

@@ -11,13 +11,13 @@ import pytest
 import torch
 from numpy._core.multiarray import _reconstruct
 
-from src.modeling.build import build_model
-from src.training.contracts import Hook
-from src.training.engine import Trainer
-from src.utils import safe_load
-from src.utils.errors import CheckpointError, UnsafeFileError
-from src.utils.load_save import load_state_dict_file
-from src.utils.safe_load import load_pickle_weights, torch_load
+from clipbert_legacy.modeling.build import build_model
+from clipbert_legacy.training.contracts import Hook
+from clipbert_legacy.training.engine import Trainer
+from clipbert_legacy.utils import safe_load
+from clipbert_legacy.utils.errors import CheckpointError, UnsafeFileError
+from clipbert_legacy.utils.load_save import load_state_dict_file
+from clipbert_legacy.utils.safe_load import load_pickle_weights, torch_load
 from tests.test_modeling import _cfg
 from tests.toy_task import ToyTask, toy_cfg
 
@@ -211,7 +211,7 @@ def test_torch_load_refuses_a_payload_even_when_torch_is_told_not_to(tmp_path, m
 def test_a_restore_file_of_the_previous_version_loads(tmp_path):
     """Older restore files pickled numpy's RNG state (an ndarray): admitted with numpy_arrays=True only,
     rebuilt exactly, and resumable with set_rng_states."""
-    from src.utils.misc import get_rng_states, set_rng_states
+    from clipbert_legacy.utils.misc import get_rng_states, set_rng_states
     np.random.seed(5)
     random.seed(5)
     old = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}

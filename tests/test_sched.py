@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from src.optimization.sched import get_lr_sched
+from clipbert_legacy.optimization.sched import get_lr_sched
 
 
 @pytest.mark.parametrize("step,expected", [(1, 0.01), (100, 1.0), (550, 0.5), (1000, 1e-8), (50, 0.5)])

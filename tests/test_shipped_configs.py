@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from src.preprocessing import file2lmdb
-from src.preprocessing.converters.__main__ import main as convert
-from src.tasks.entry import main as task_main
-from src.tasks.run_msrvtt_mc import MSRVTTMCTask
-from src.tasks.run_pretrain import PretrainTask
-from src.tasks.run_video_qa import VideoQATask
-from src.tasks.run_video_retrieval import RetrievalTask
-from src.tasks.run_vqa import VQATask
+from clipbert_legacy.preprocessing import file2lmdb
+from clipbert_legacy.preprocessing.converters.__main__ import main as convert
+from clipbert_legacy.tasks.entry import main as task_main
+from clipbert_legacy.tasks.run_msrvtt_mc import MSRVTTMCTask
+from clipbert_legacy.tasks.run_pretrain import PretrainTask
+from clipbert_legacy.tasks.run_video_qa import VideoQATask
+from clipbert_legacy.tasks.run_video_retrieval import RetrievalTask
+from clipbert_legacy.tasks.run_vqa import VQATask
 from tests import release_raw as raw
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_lr_schedules_are_the_decay_options_choices():
-    from src.config.options import DECAYS, SHARED_OPTIONS
-    from src.optimization import sched
+    from clipbert_legacy.config.options import DECAYS, SHARED_OPTIONS
+    from clipbert_legacy.optimization import sched
     assert sched.SCHEDULES is DECAYS
     opts = {o.name: o for o in SHARED_OPTIONS}
     assert opts["decay"].choices is DECAYS and opts["cnn_lr_decay"].choices is DECAYS
@@ -26,16 +26,16 @@ def test_lr_schedules_are_the_decay_options_choices():
 
 
 def test_frame_sampling_strategies_are_the_options_choices():
-    from src.config.options import FRAME_SAMPLING_STRATEGIES, SHARED_OPTIONS
-    from src.datasets import dataset_base, decoder
+    from clipbert_legacy.config.options import FRAME_SAMPLING_STRATEGIES, SHARED_OPTIONS
+    from clipbert_legacy.datasets import dataset_base, decoder
     assert decoder.SAMPLING_STRATEGIES is FRAME_SAMPLING_STRATEGIES
     assert dataset_base.SAMPLING_STRATEGIES is FRAME_SAMPLING_STRATEGIES
     assert {o.name: o for o in SHARED_OPTIONS}["frm_sampling_strategy"].choices is FRAME_SAMPLING_STRATEGIES
 
 
 def test_video_qa_tasks_are_the_task_options_choices():
-    from src.config.options import MC_QA, OPEN_ENDED_QA, QA_TASKS, VIDEO_QA_OPTIONS
-    from src.datasets import build, dataset_video_qa
+    from clipbert_legacy.config.options import MC_QA, OPEN_ENDED_QA, QA_TASKS, VIDEO_QA_OPTIONS
+    from clipbert_legacy.datasets import build, dataset_video_qa
     assert dataset_video_qa.QA_TASKS is QA_TASKS and build.QA_TASKS is QA_TASKS
     assert dataset_video_qa.MC_QA is MC_QA and dataset_video_qa.OPEN_ENDED_QA is OPEN_ENDED_QA
     task = {o.name: o for o in VIDEO_QA_OPTIONS}["task"]
@@ -43,15 +43,15 @@ def test_video_qa_tasks_are_the_task_options_choices():
 
 
 def test_qa_answer_types_are_the_scores_types():
-    from src.evaluation.qa import QA_ANSWER_TYPES
-    from src.preprocessing.converters import msrvtt_qa, tgif_qa
+    from clipbert_legacy.evaluation.qa import QA_ANSWER_TYPES
+    from clipbert_legacy.preprocessing.converters import msrvtt_qa, tgif_qa
     assert tgif_qa.FRAMEQA_TYPES is QA_ANSWER_TYPES["frameqa"]
     assert msrvtt_qa.ANSWER_TYPES is QA_ANSWER_TYPES["msrvtt_qa"]
     assert tgif_qa.FRAMEQA_TYPES == ("object", "number", "color", "location")  # csv type 0..3, in order
 
 
 def test_args_json_derived_keys_and_found_keys_have_one_owner():
-    from src.training import batch_size_finder, plan, run_dir
+    from clipbert_legacy.training import batch_size_finder, plan, run_dir
     p = plan.RunPlan(n_examples=10, world_size=2, train_batch_size=1, gradient_accumulation_steps=1,
                      num_train_steps=5, stop_step=5, valid_steps=5, save_steps=1)
     assert tuple(p.clipbert_args()) == plan.CLIPBERT_DERIVED_KEYS
@@ -74,14 +74,15 @@ def _string_tuples(path):
 def test_no_other_module_spells_an_owned_list_again():
     """Each owned list is written once in src/ (its owner's line); a second literal copy is the drift
     this file is about."""
-    from src.config.options import DECAYS, FRAME_SAMPLING_STRATEGIES, MC_QA, OPEN_ENDED_QA
-    from src.evaluation.qa import QA_ANSWER_TYPES
-    from src.training.batch_size_finder import FOUND_KEYS
-    from src.training.plan import CLIPBERT_DERIVED_KEYS
-    owned = {DECAYS: "src/config/options.py", FRAME_SAMPLING_STRATEGIES: "src/config/options.py",
-             MC_QA: "src/config/options.py", OPEN_ENDED_QA: "src/config/options.py",
-             FOUND_KEYS: "src/training/batch_size_finder.py", CLIPBERT_DERIVED_KEYS: "src/training/plan.py",
-             **dict.fromkeys(QA_ANSWER_TYPES.values(), "src/evaluation/qa.py")}
+    from clipbert_legacy.config.options import DECAYS, FRAME_SAMPLING_STRATEGIES, MC_QA, OPEN_ENDED_QA
+    from clipbert_legacy.evaluation.qa import QA_ANSWER_TYPES
+    from clipbert_legacy.training.batch_size_finder import FOUND_KEYS
+    from clipbert_legacy.training.plan import CLIPBERT_DERIVED_KEYS
+    pkg, options = "src/clipbert_legacy", "src/clipbert_legacy/config/options.py"
+    owned = {DECAYS: options, FRAME_SAMPLING_STRATEGIES: options, MC_QA: options, OPEN_ENDED_QA: options,
+             FOUND_KEYS: f"{pkg}/training/batch_size_finder.py",
+             CLIPBERT_DERIVED_KEYS: f"{pkg}/training/plan.py",
+             **dict.fromkeys(QA_ANSWER_TYPES.values(), f"{pkg}/evaluation/qa.py")}
     written = {}
     for f in sorted((REPO / "src").rglob("*.py")):
         for value, line in _string_tuples(f):
@@ -97,7 +98,7 @@ def test_the_plot_draws_the_curves_the_tasks_name():
     spec = importlib.util.spec_from_file_location("plot", REPO / "tools" / "plot.py")
     plot = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plot)
-    from src.tasks.registry import load_builtin_tasks
+    from clipbert_legacy.tasks.registry import load_builtin_tasks
     names = plot.default_metrics()
     assert names[:3] == ["text2video_r1", "video2text_r1", "rsum"]  # RetrievalTask.curve_metrics
     assert {cls.main_metric for cls in load_builtin_tasks()} <= set(names)

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.config import parse_args
-from src.datasets.build import load_tokenizer
-from src.datasets.dataset_pretrain import PretrainDataset, mask_tokens
-from src.modeling.build import build_model
-from src.preprocessing.make_demo_stills import build_demo_stills
-from src.tasks.entry import main
-from src.tasks.run_pretrain import PretrainTask
-from src.utils.pretrained_paths import default_minilm_dir
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.datasets.build import load_tokenizer
+from clipbert_legacy.datasets.dataset_pretrain import PretrainDataset, mask_tokens
+from clipbert_legacy.modeling.build import build_model
+from clipbert_legacy.preprocessing.make_demo_stills import build_demo_stills
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.tasks.run_pretrain import PretrainTask
+from clipbert_legacy.utils.pretrained_paths import default_minilm_dir
 from tests.conftest import requires_horovod
 from tests.mp_utils import check, run_horovod
 
@@ -54,8 +54,8 @@ def stills(tmp_path_factory):
 
 
 def test_itm_negatives_rate_and_other_images(stills):
-    from src.datasets.dataset_pretrain import mk_pretrain_examples
-    from src.datasets.jsonl import load_jsonl
+    from clipbert_legacy.datasets.dataset_pretrain import mk_pretrain_examples
+    from clipbert_legacy.datasets.jsonl import load_jsonl
     rows = load_jsonl(str(stills / "txt" / "stills_train.jsonl"))
     ex = mk_pretrain_examples(rows)
     groups = [(e["img_id"], [e]) for e in ex]
@@ -78,9 +78,9 @@ def test_itm_negatives_rate_and_other_images(stills):
 def test_split_mlm_itm_gives_each_caption_one_objective(stills, tokenizer):
     """split_mlm_itm: half the captions MLM (their own image, masked, ITM label -100), half ITM (whole
     caption, negatives at itm_neg_prob among them, no MLM labels); the model scores each on its own."""
-    from src.datasets.collate import tokenize
-    from src.datasets.dataset_pretrain import PretrainCollator, mk_pretrain_examples
-    from src.datasets.jsonl import load_jsonl
+    from clipbert_legacy.datasets.collate import tokenize
+    from clipbert_legacy.datasets.dataset_pretrain import PretrainCollator, mk_pretrain_examples
+    from clipbert_legacy.datasets.jsonl import load_jsonl
     ex = mk_pretrain_examples(load_jsonl(str(stills / "txt" / "stills_train.jsonl")))
     groups = [(e["img_id"], [e]) for e in ex]
     ds = PretrainDataset(groups, str(stills / "stills_db"), itm_neg_prob=0.5, split_objectives=True,
@@ -99,7 +99,7 @@ def test_split_mlm_itm_gives_each_caption_one_objective(stills, tokenizer):
     cfg = parse_args("pretrain", ["--config", str(REPO / "configs/demo_pretrain.json"), "--model_config",
                                   str(REPO / "configs/model/tiny_model.json"), "--cnn_type", "tiny",
                                   "--bert_weights_path", "", "--cnn_weights_path", ""])
-    from src.modeling.pretrain import build_pretrain_model
+    from clipbert_legacy.modeling.pretrain import build_pretrain_model
     model = build_pretrain_model(cfg)
     out = model({**batch, "visual_inputs": batch["visual_inputs"].float()})
     assert out["itm_total"] == int(scored.sum())
@@ -196,8 +196,8 @@ def test_zero_shot_retrieval_from_the_pretraining_checkpoint(pretrained, stills,
     """With --classifier linear the ITM head is the retrieval classifier: a pretraining checkpoint
     (trained on images) is evaluated on video retrieval as it is (checkpoint-file inference, every key
     present)."""
-    from src.preprocessing.make_demo_data import build_demo_data
-    from src.tasks.run_video_retrieval import RetrievalTask
+    from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
+    from clipbert_legacy.tasks.run_video_retrieval import RetrievalTask
     ckpt = pretrained / "ckpt" / "model_best.pt"
     cfg = parse_args("retrieval", ["--model_config", str(REPO / "configs/model/tiny_model.json"),
                                    "--cnn_type", "tiny", "--classifier", "linear",

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from src.config import parse_args
-from src.evaluation.qa import QA_ANSWER_TYPES, qa_scores
-from src.tasks.entry import main
-from src.tasks.run_video_qa import VideoQATask
-from src.training.engine import Trainer
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.evaluation.qa import QA_ANSWER_TYPES, qa_scores
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.tasks.run_video_qa import VideoQATask
+from clipbert_legacy.training.engine import Trainer
 from tests.conftest import requires_horovod
 from tests.mp_utils import check, run_horovod
 
@@ -24,12 +24,12 @@ N_TRAIN, N_VAL, N_TEST = 24, 6, 6  # videos; frameqa has 2 questions per video, 
 # fixtures: tiny demo data, configs on it, trained runs
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from src.preprocessing.make_demo_data import build_demo_data
+    from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
     root = tmp_path_factory.mktemp("demo_qa")
     data = root / "data"
     build_demo_data(str(data), n_train=N_TRAIN, n_val=N_VAL, n_test=N_TEST, img_size=64, n_frames=12,
                     fps=10, num_workers=1, log=lambda *a: None)
-    from src.preprocessing.pretrain_demo_cnn import pretrain_demo_cnn
+    from clipbert_legacy.preprocessing.pretrain_demo_cnn import pretrain_demo_cnn
     cnn = str(data / "pretrained" / "cnn.pth")  # the demo configs start from a pretrained CNN, as ClipBERT
     pretrain_demo_cnn(str(data), cnn, steps=2, batch_size=4, log=lambda *a: None)
     cfgs = {}
@@ -213,8 +213,8 @@ def test_gpu_configs_parse(name, tmp_path):
 def test_score_your_own_videos_answers_questions(frameqa_run, tmp_path, capsys):
     """score_videos on a frameqa run: per video, the top answers with probabilities; the top answer is
     the one inference predicts for the same video and question."""
-    from src.datasets.lmdb_store import LMDBStore
-    from src.tasks.score_videos import main as score_main
+    from clipbert_legacy.datasets.lmdb_store import LMDBStore
+    from clipbert_legacy.tasks.score_videos import main as score_main
     r = frameqa_run
     rows = [json.loads(x) for x in open(r["data"] / "txt/frameqa_val.jsonl")]
     vid_key = "gif_name" if "gif_name" in rows[0] else "video_id"

@@ -1,8 +1,10 @@
 """A task is one registered object: adding one touches only its own file plus one registration.
 
 tests/toy_count_task.py is a new task written as docs/adding_a_task.md says: its spec (options,
-post-parse rule) beside its class. As a built-in task it is one line in ``src.tasks.registry.BUILTIN_TASKS``
-(the product's entry, ``python -m src.tasks NAME``, then runs it); as a plugin, one ``register`` call.
+post-parse rule) beside its class. As a built-in task it is one line in
+``clipbert_legacy.tasks.registry.BUILTIN_TASKS``
+(the product's entry, ``python -m clipbert_legacy.tasks NAME``, then runs it); as a plugin, one ``register``
+call.
 Everything that used to need a hand-edited list (parser, config reference, MODEL_KEYS at inference,
 RUNTIME_KEYS of the rerun policy, the schema test, the model's head) must pick it up.
 """
@@ -14,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import src.config as config
-from src.config import apply_stored_model_config, config_reference_markdown, parse_args
-from src.config.tasks import task_spec
-from src.tasks import registry
-from src.tasks.entry import main
-from src.training.metrics_log import read_metrics
-from src.training.run_dir import setting_differences
+import clipbert_legacy.config as config
+from clipbert_legacy.config import apply_stored_model_config, config_reference_markdown, parse_args
+from clipbert_legacy.config.tasks import task_spec
+from clipbert_legacy.tasks import registry
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.training.metrics_log import read_metrics
+from clipbert_legacy.training.run_dir import setting_differences
 from tests.test_architecture import schema_keys
 from tests.toy_count_task import TOY_COUNT, ToyCountTask
 
@@ -31,7 +33,7 @@ TINY = str(REPO / "configs" / "model" / "tiny_model.json")
 @pytest.fixture
 def toy_registered(monkeypatch):
     """The toy task registered with one call, in registries that are restored afterwards."""
-    import src.config.tasks as config_registry
+    import clipbert_legacy.config.tasks as config_registry
     monkeypatch.setattr(config_registry, "_SPECS", dict(config_registry._SPECS))
     monkeypatch.setattr(registry, "_CLASSES", dict(registry._CLASSES))
     registry.register(ToyCountTask)
@@ -67,7 +69,7 @@ def test_the_model_gets_the_task_head(toy_registered):
     assert type(model.head).__name__ == "QAHead" and model.head.num_outputs == 3
     assert model.transformer.classifier[2].out_features == 3
     with pytest.raises(ValueError, match="task_type='toy_count' is not supported"):
-        from src.modeling.build import build_model
+        from clipbert_legacy.modeling.build import build_model
         build_model(cfg)
 
 
@@ -108,10 +110,11 @@ def test_every_builtin_task_is_one_object():
 
 def test_a_new_builtin_task_is_one_file_plus_one_registration_line(monkeypatch, tmp_path, capsys):
     """tests/toy_count_task.py as a built-in task: the one line in BUILTIN_TASKS (nothing registered by
-    hand) and ``python -m src.tasks toy_count ...`` trains it; the config reference documents it."""
-    import src.config.tasks as config_registry
-    from src.config.reference import config_reference_markdown
-    from src.tasks.__main__ import main as tasks_main
+    hand) and ``python -m clipbert_legacy.tasks toy_count ...`` trains it; the config reference documents
+    it."""
+    import clipbert_legacy.config.tasks as config_registry
+    from clipbert_legacy.config.reference import config_reference_markdown
+    from clipbert_legacy.tasks.__main__ import main as tasks_main
     monkeypatch.setattr(config_registry, "_SPECS", dict(config_registry._SPECS))
     monkeypatch.setattr(registry, "_CLASSES", dict(registry._CLASSES))
     monkeypatch.setitem(registry.BUILTIN_TASKS, "toy_count", "tests.toy_count_task:ToyCountTask")  # the line
@@ -121,7 +124,7 @@ def test_a_new_builtin_task_is_one_file_plus_one_registration_line(monkeypatch, 
     assert tasks_main(["toy_count", *toy_argv(out)]) == 0
     assert registry.get_task("toy_count") is ToyCountTask and "toy_frames" in config.MODEL_KEYS
     assert [r["step"] for r in read_metrics(str(out / "log" / "metrics.jsonl"), "valid")] == [2, 4]
-    registry.load_builtin_tasks()  # what python -m src.config does before it writes the reference
+    registry.load_builtin_tasks()  # what python -m clipbert_legacy.config does before it writes the reference
     assert "| `toy_frames` | int | `3` | >= 1 | toy_count |" in config_reference_markdown()
     capsys.readouterr()
     assert tasks_main(["toy_countt"]) == 2
@@ -129,18 +132,19 @@ def test_a_new_builtin_task_is_one_file_plus_one_registration_line(monkeypatch, 
 
 
 def test_the_product_entry_runs_a_task_by_name(tmp_path):
-    """``python -m src.tasks NAME --help`` beside ClipBERT's script path: the same parser."""
+    """``python -m clipbert_legacy.tasks NAME --help`` beside ClipBERT's script path: the same parser."""
     import os
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     runs = {argv[0]: subprocess.run([sys.executable, *argv, "--help"], cwd=tmp_path, env=env,
                                     capture_output=True, text=True, timeout=120)
-            for argv in (["-m", "src.tasks", "video_qa"], [str(REPO / "src" / "tasks" / "run_video_qa.py")])}
+            for argv in (["-m", "clipbert_legacy.tasks", "video_qa"],
+                         [str(REPO / "src" / "tasks" / "run_video_qa.py")])}
     for p in runs.values():
         assert p.returncode == 0 and "--ans2label_path" in p.stdout, p.stderr[-2000:]
-    usage = subprocess.run([sys.executable, "-m", "src.tasks"], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=120)
+    usage = subprocess.run([sys.executable, "-m", "clipbert_legacy.tasks"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
     assert usage.returncode == 2 and "NAME: retrieval|msrvtt_mc|video_qa|vqa|pretrain" in usage.stderr
 
 
@@ -156,6 +160,7 @@ def test_register_refuses_a_class_without_name_or_matching_spec():
 
 
 RECIPE = REPO / "docs" / "adding_a_task.md"
+PKG = "src/clipbert_legacy"
 
 
 def test_recipe_cites_only_what_exists():
@@ -163,22 +168,24 @@ def test_recipe_cites_only_what_exists():
     the task it says to copy can train (its class has a dataset builder)."""
     text = RECIPE.read_text()
     cited = set(re.findall(r"`((?:src|tests)/[\w/]+\.py)`", text))
-    new = {"src/tasks/run_captioning.py", "src/datasets/build_captioning.py"}  # the example's, to be written
+    new = {f"{PKG}/tasks/run_captioning.py", f"{PKG}/datasets/build_captioning.py"}  # the example's
     missing = sorted(p for p in cited - new if not (REPO / p).is_file())
     assert not missing, f"the recipe cites files that do not exist: {missing}"
     assert not any((REPO / p).exists() for p in new), "the recipe's example files must stay hypothetical"
-    base, inference = "src/tasks/base.py", "src/tasks/inference_io.py"
-    for name, where in [("BUILTIN_TASKS", "src/tasks/registry.py"), ("ClipBertTask", base),
+    base, inference = f"{PKG}/tasks/base.py", f"{PKG}/tasks/inference_io.py"
+    registry_py = f"{PKG}/tasks/registry.py"
+    for name, where in [("BUILTIN_TASKS", registry_py), ("ClipBertTask", base),
                         ("def build_head", base), ("def val_data", base),
                         ("def prepare_inference", inference), ("def write_inference_outputs", inference),
-                        ("spec:", "src/training/task.py"), ("class TaskSpec", "src/config/task_spec.py"),
-                        ("def register", "src/tasks/registry.py"), ("def get_task", "src/tasks/registry.py"),
-                        ("def all_gather_list", "src/utils/distributed.py")]:
+                        ("spec:", f"{PKG}/training/task.py"),
+                        ("class TaskSpec", f"{PKG}/config/task_spec.py"),
+                        ("def register", registry_py), ("def get_task", registry_py),
+                        ("def all_gather_list", f"{PKG}/utils/distributed.py")]:
         assert name in (REPO / where).read_text(), (name, where)
-    copy = re.search(r"Copy \*\*`(src/tasks/\w+\.py)`\*\* \(`(\w+)`\)", text)
-    assert copy, "the recipe names the task to copy as **`src/tasks/x.py`** (`Class`)"
+    copy = re.search(r"Copy \*\*`(src/clipbert_legacy/tasks/\w+\.py)`\*\* \(`(\w+)`\)", text)
+    assert copy, "the recipe names the task to copy as **`src/clipbert_legacy/tasks/x.py`** (`Class`)"
     cls = next(c for c in map(registry.get_task, registry.runnable_tasks()) if c.__qualname__ == copy[2])
     assert inspect.getsourcefile(cls) == str(REPO / copy[1])
     data = inspect.getsource(cls.build_train_data)
     assert "raise" not in data and "return build_" in data, "the task to copy must train"
-    assert "python -m src.config" in text and (REPO / "src" / "config" / "__main__.py").is_file()
+    assert "python -m clipbert_legacy.config" in text and (REPO / PKG / "config" / "__main__.py").is_file()

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.config import parse_args
-from src.datasets.loaders import PrefetchLoader
-from src.tasks.base import forward_clips
-from src.tasks.entry import main
-from src.tasks.run_msrvtt_mc import MSRVTTMCTask
-from src.tasks.run_video_retrieval import RetrievalTask, retrieval_shard
-from src.training.engine import Trainer
-from src.training.hooks import flatten_metrics
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.datasets.loaders import PrefetchLoader
+from clipbert_legacy.tasks.base import forward_clips
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.tasks.run_msrvtt_mc import MSRVTTMCTask
+from clipbert_legacy.tasks.run_video_retrieval import RetrievalTask, retrieval_shard
+from clipbert_legacy.training.engine import Trainer
+from clipbert_legacy.training.hooks import flatten_metrics
 from tests.conftest import requires_horovod
 from tests.mp_utils import check, run_horovod
 
@@ -29,7 +29,7 @@ SCRIPT = REPO / "src" / "tasks" / "run_video_retrieval.py"
 # fixtures: tiny demo data, a config on it, one trained run
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from src.preprocessing.make_demo_data import build_demo_data
+    from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
     root = tmp_path_factory.mktemp("demo_ret")
     data = root / "data"
     build_demo_data(str(data), n_train=24, n_val=8, n_test=8, img_size=64, n_frames=12, fps=10,
@@ -255,8 +255,8 @@ def test_eval_only_refuses_a_checkpoint_that_does_not_fit(trained, tmp_path, cap
 def test_score_your_own_videos(trained, tmp_path, capsys):
     """score_videos ranks captions per video with exactly the scores inference computes, and lists an
     undecodable file instead of dropping it."""
-    from src.datasets.lmdb_store import LMDBStore
-    from src.tasks.score_videos import main as score_main
+    from clipbert_legacy.datasets.lmdb_store import LMDBStore
+    from clipbert_legacy.tasks.score_videos import main as score_main
     rows = [json.loads(x) for x in open(trained["data"] / "txt/retrieval_val.jsonl")]
     keys = [rows[i]["clip_name"] for i in (0, 1, 2)]
     folder = tmp_path / "videos"

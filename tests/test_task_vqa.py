@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.config import parse_args
-from src.datasets.dataset_vqa import (
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.datasets.dataset_vqa import (
     answer_scores,
     best_constant_answer,
     build_ans2label,
@@ -18,12 +18,12 @@ from src.datasets.dataset_vqa import (
     mk_vqa_examples,
     vqa_target,
 )
-from src.datasets.decoder import VideoDecodeError
-from src.evaluation.vqa import eval_vqa, vqa_scores
-from src.modeling.heads import QAHead
-from src.tasks.entry import main
-from src.tasks.run_vqa import VQATask, vqa_loss
-from src.training.engine import Trainer
+from clipbert_legacy.datasets.decoder import VideoDecodeError
+from clipbert_legacy.evaluation.vqa import eval_vqa, vqa_scores
+from clipbert_legacy.modeling.heads import QAHead
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.tasks.run_vqa import VQATask, vqa_loss
+from clipbert_legacy.training.engine import Trainer
 from tests.conftest import requires_horovod
 from tests.mp_utils import check, run_horovod
 
@@ -119,8 +119,8 @@ def test_images_decode_with_pil():
 # end to end on the demo VQA data
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from src.preprocessing.make_demo_data import build_demo_data
-    from src.preprocessing.make_demo_vqa import build_demo_vqa
+    from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
+    from clipbert_legacy.preprocessing.make_demo_vqa import build_demo_vqa
     root = tmp_path_factory.mktemp("demo_vqa")
     data = root / "data"
     build_demo_data(str(data), n_train=8, n_val=4, n_test=4, img_size=64, n_frames=6, fps=10, num_workers=1,
@@ -204,7 +204,7 @@ def test_train_validate_and_infer(demo, tmp_path):
 
 
 def test_several_train_datasets_are_mixed(demo):
-    from src.datasets.build_vqa import build_vqa_datasets
+    from clipbert_legacy.datasets.build_vqa import build_vqa_datasets
     cfg = parse_args("vqa", ["--config", str(demo["cfg"])])
     entry = cfg.train_datasets[0]
     cfg.train_datasets = [dict(entry, name="a"), dict(entry, name="b", ratio=2)]
@@ -223,7 +223,7 @@ def test_shipped_configs_parse(tmp_path):
     demo_cfg = parse_args("vqa", ["--config", str(REPO / "configs/demo_vqa.json"),
                                   "--ans2label_path", str(a2l)])
     assert demo_cfg.train_datasets[0].vis_format == "image"
-    from src.config import ConfigError
+    from clipbert_legacy.config import ConfigError
     with pytest.raises(ConfigError, match="vis_format='video': VQA reads images"):
         bad = json.load(open(REPO / "configs/demo_vqa.json"))
         bad["train_datasets"][0]["vis_format"] = "video"

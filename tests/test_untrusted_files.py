@@ -8,9 +8,9 @@ import shutil
 import pytest
 import torch
 
-from src.config import parse_args
-from src.tasks.run_video_retrieval import RetrievalTask
-from src.training.engine import Trainer
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.tasks.run_video_retrieval import RetrievalTask
+from clipbert_legacy.training.engine import Trainer
 from tests.mp_utils import REPO, run_python
 from tests.test_safe_load import Payload
 
@@ -20,7 +20,7 @@ SCRIPT = REPO / "src" / "tasks" / "run_video_retrieval.py"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """Demo data, a config on it, and one finished 2-step training run (ckpt/model_step_2.pt, restore.pt)."""
-    from src.preprocessing.make_demo_data import build_demo_data
+    from clipbert_legacy.preprocessing.make_demo_data import build_demo_data
     root = tmp_path_factory.mktemp("untrusted")
     data = root / "data"
     build_demo_data(str(data), n_train=8, n_val=4, n_test=4, img_size=64, n_frames=6, fps=10, num_workers=1,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from src.tasks.entry import main
+from clipbert_legacy.tasks.entry import main
 from tests import mp_utils
 from tests.toy_task import ToyTask, toy_argv
 
@@ -104,7 +104,7 @@ def test_missing_wandb_warns_once_and_trains(tmp_path, monkeypatch, caplog):
 
 
 def test_a_failing_wandb_never_fails_training(tmp_path, monkeypatch, caplog):
-    from src.training import wandb_logger
+    from clipbert_legacy.training import wandb_logger
 
     def broken(*a, **k):
         raise RuntimeError("no network and no disk for wandb")
@@ -152,7 +152,7 @@ def test_a_failed_online_start_falls_back_offline_with_the_same_run_id(tmp_path,
     start then gets the same run id (W&B's service used to refuse it: "run ID ... is in use")."""
     import socket
 
-    from src.training import wandb_logger
+    from clipbert_legacy.training import wandb_logger
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)
@@ -173,7 +173,7 @@ def test_a_full_wandb_directory_mid_run_warns_once(tmp_path, monkeypatch, caplog
     """W&B's service loses what it cannot write and says nothing: the free space under its directory
     is watched. Here it runs out after step 6 (a stand-in for the file system, measured by the real
     statvfs in test_a_full_wandb_file_system_warns)."""
-    from src.training import wandb_logger
+    from clipbert_legacy.training import wandb_logger
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setattr(wandb_logger, "SPACE_CHECK_S", 0.0)
     checked = []

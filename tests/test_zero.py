@@ -1,4 +1,5 @@
-"""``--zero_stage 1|2`` (src.training.zero, src.optimization.sharding): the partition, the state dict
+"""``--zero_stage 1|2`` (clipbert_legacy.training.zero, clipbert_legacy.optimization.sharding): the partition,
+the state dict
 between full layout and shard, and real ``torchrun --nproc_per_node 2`` runs whose weights, restore
 files and resumes are bit-equal to the unsharded run's, with half the optimizer state per rank."""
 import glob
@@ -13,16 +14,16 @@ import time
 import pytest
 import torch
 
-from src.config.schema import ConfigError
-from src.optimization.param_groups import build_optimizer
-from src.optimization.sharding import (
+from clipbert_legacy.config.schema import ConfigError
+from clipbert_legacy.optimization.param_groups import build_optimizer
+from clipbert_legacy.optimization.sharding import (
     ShardLayout,
     merge_state_dicts,
     partition,
     shard_param_groups,
     shard_state_dict,
 )
-from src.training import zero
+from clipbert_legacy.training import zero
 from tests import mp_utils
 from tests.conftest import requires_horovod
 from tests.toy_task import ToyModel, toy_cfg

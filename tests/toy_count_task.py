@@ -3,7 +3,8 @@
 "toy_count": how many of a clip's frames are bright, from synthetic clips (no files). It is a complete
 ClipBERT task: its own options (one model-defining, one runtime, one training setting) and post-parse
 rule, a dataset builder, a head on the ClipBERT model, an evaluator and an entry point. Its
-``task_type`` is unknown to ``src.modeling.heads.make_head``: the model can only get the task's head.
+``task_type`` is unknown to ``clipbert_legacy.modeling.heads.make_head``: the model can only get the task's
+head.
 tests/test_task_registry.py registers it with one call and checks every generated list picks it up.
 """
 import sys
@@ -11,10 +12,10 @@ import sys
 import torch
 from torch.utils.data import Dataset
 
-from src.config import ConfigError, Option, TaskSpec
-from src.modeling.heads import QAHead
-from src.tasks.base import ClipBertTask, forward_clips
-from src.tasks.entry import main
+from clipbert_legacy.config import ConfigError, Option, TaskSpec
+from clipbert_legacy.modeling.heads import QAHead
+from clipbert_legacy.tasks.base import ClipBertTask, forward_clips
+from clipbert_legacy.tasks.entry import main
 
 TOY_OPTIONS = [
     Option("toy_frames", int, 3, "frames per synthetic clip; the label is the number of bright ones",

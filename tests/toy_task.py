@@ -6,8 +6,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from src.config import parse_args
-from src.training.task import Task
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.training.task import Task
 
 DIM = 6
 
@@ -69,7 +69,7 @@ class ToyTask(Task):
 
     def build_train_data(self, cfg):
         if self.multi_ratios:  # several datasets (MetaSampler): dataset d's targets are offset by 10 * d
-            from src.datasets.multi import MultiDataset
+            from clipbert_legacy.datasets.multi import MultiDataset
             parts = [ToyDataset(self.n_train, seed=d) for d in range(len(self.multi_ratios))]
             for d, part in enumerate(parts):
                 part.y = part.y + 10.0 * d
@@ -94,7 +94,7 @@ class ToyTask(Task):
 
 
 def toy_cfg(output_dir, **overrides):
-    """A validated config (through src.config) for the toy task."""
+    """A validated config (through clipbert_legacy.config) for the toy task."""
     return parse_args("shared", toy_argv(output_dir, **overrides))
 
 
@@ -105,7 +105,7 @@ TOY_DEFAULTS = {"train_batch_size": 4, "num_train_epochs": 2, "learning_rate": 1
 
 
 def toy_argv(output_dir, **overrides):
-    """The command line of :func:`toy_cfg` (for ``src.tasks.entry.main("shared", ...)``)."""
+    """The command line of :func:`toy_cfg` (for ``clipbert_legacy.tasks.entry.main("shared", ...)``)."""
     base = {"output_dir": str(output_dir), **TOY_DEFAULTS,
             "dist_backend": os.environ.get("TOY_DIST_BACKEND", "auto")}
     base.update(overrides)

@@ -1,4 +1,5 @@
-"""One side of tools/amp_oracle.py: train the tiny ClipBERT through ``src.training.engine.Trainer``
+"""One side of tools/amp_oracle.py: train the tiny ClipBERT through
+``clipbert_legacy.training.engine.Trainer``
 with amp (native or, under ``AMP_BACKEND=apex``, the real apex.amp) and save what the driver compares.
 
 A subprocess per side because the amp backend is module-level state chosen at ``amp.initialize``.
@@ -21,11 +22,11 @@ import tempfile
 import torch
 from _bench_trainer_worker import BatchList, engine_cfg, first
 
-from src.training import build
-from src.training.contracts import Hook
-from src.training.engine import Trainer
-from src.training.precision import AmpO2Precision
-from src.training.task import Task
+from clipbert_legacy.training import build
+from clipbert_legacy.training.contracts import Hook
+from clipbert_legacy.training.engine import Trainer
+from clipbert_legacy.training.precision import AmpO2Precision
+from clipbert_legacy.training.task import Task
 
 # multiplies the loss at the injected steps: loss * 2**40 * loss scale overflows fp16 gradients at any
 # scale the dynamic scaler can reach (>= 1), while the fp32 loss itself stays finite (so the engine
@@ -138,7 +139,7 @@ def final_state(trainer) -> dict:
 def run(a) -> dict:
     """Train ``a.steps`` steps on one process and return the records and final state."""
     torch.manual_seed(a.seed)
-    from src.modeling.build import build_model
+    from clipbert_legacy.modeling.build import build_model
     template = build_model(MODEL_CFG)
     inject = set(a.inject)
     task = OracleTask(template, make_batches(a.steps * a.accum, a.seed), a.accum, inject)
@@ -149,7 +150,7 @@ def run(a) -> dict:
                          grad_norm=a.grad_norm, seed=a.seed)
         trainer = Trainer(cfg, task, hooks=[recorder])
         trainer.train()
-        from src.compat import amp
+        from clipbert_legacy.compat import amp
         return {"backend": amp.backend(), "opt_level": a.opt_level, "device": str(trainer.device),
                 "torch": str(torch.__version__), "records": recorder.records, **final_state(trainer)}
 

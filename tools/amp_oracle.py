@@ -1,4 +1,5 @@
-"""Real apex.amp as the oracle for src.compat.amp: the same training run on one GPU, once per backend.
+"""Real apex.amp as the oracle for clipbert_legacy.compat.amp: the same training run on one GPU, once per
+backend.
 
 For O1 and O2 (``keep_batchnorm_fp32=True``, dynamic loss scale) the tiny ClipBERT (BERT 2x64 + tiny
 ResNet with trainable BatchNorm) trains on the same fixed batches through the engine's real step

@@ -1,10 +1,11 @@
 """Curves of a run as one PNG: ``python tools/plot.py OUTPUT_DIR [--out FILE] [--metrics a b]``.
 
-Reads ``OUTPUT_DIR/log/metrics.jsonl`` (src.training.metrics_log) and draws the training loss, the
+Reads ``OUTPUT_DIR/log/metrics.jsonl`` (clipbert_legacy.training.metrics_log) and draws the training loss, the
 learning rates and the validation metrics against the step, for people who would rather look than
 read (tensorboard needs a server; this needs nothing). Written to ``OUTPUT_DIR/log/curves.png``
 unless ``--out`` says otherwise. The validation curves drawn by default are those the run's metrics
-hold of the tasks' own ``curve_metrics`` (their main metric unless they name more; src.tasks.registry).
+hold of the tasks' own ``curve_metrics`` (their main metric unless they name more;
+clipbert_legacy.tasks.registry).
 """
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import argparse
 import os
 import sys
 
-from src.tasks.registry import load_builtin_tasks
-from src.training.metrics_log import read_metrics
+from clipbert_legacy.tasks.registry import load_builtin_tasks
+from clipbert_legacy.training.metrics_log import read_metrics
 
 
 def default_metrics() -> list[str]:

@@ -22,8 +22,8 @@ import warnings
 import torch
 from torch import nn
 
-import src.compat.hvd as hvd
-from src.compat import amp
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.compat import amp
 
 K = 3
 COUNT = {"n": 0}

@@ -5,10 +5,10 @@ import json
 
 import torch
 
-import src.compat.hvd as hvd
-from src.datasets.build import build_retrieval_datasets
-from src.datasets.loaders import PrefetchLoader
-from src.training.data import ResumableDistributedSampler, build_train_dataloader
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.datasets.build import build_retrieval_datasets
+from clipbert_legacy.datasets.loaders import PrefetchLoader
+from clipbert_legacy.training.data import ResumableDistributedSampler, build_train_dataloader
 
 
 def main():

@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from src.training.contracts import Hook
-from src.training.elastic import ElasticCommit
-from src.training.engine import Trainer
+from clipbert_legacy.training.contracts import Hook
+from clipbert_legacy.training.elastic import ElasticCommit
+from clipbert_legacy.training.engine import Trainer
 from tests.toy_task import ToyDataset, ToyTask, toy_cfg
 
 torch.set_num_threads(1)

@@ -9,10 +9,10 @@ import sys
 
 import torch
 
-import src.compat.hvd as hvd
-from src.training.contracts import Hook
-from src.training.engine import Trainer
-from src.training.nonfinite import NonFiniteLossError
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.training.contracts import Hook
+from clipbert_legacy.training.engine import Trainer
+from clipbert_legacy.training.nonfinite import NonFiniteLossError
 from tests.toy_task import ToyTask, toy_cfg
 
 torch.set_num_threads(1)

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from src.training.engine import Trainer
+from clipbert_legacy.training.engine import Trainer
 from tests.toy_task import ToyTask, toy_cfg
 
 torch.set_num_threads(1)

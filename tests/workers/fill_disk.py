@@ -9,8 +9,8 @@ import sys
 
 import torch
 
-from src.tasks.entry import main
-from src.training.contracts import Hook
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.training.contracts import Hook
 from tests.toy_task import ToyTask, toy_argv
 
 torch.set_num_threads(1)

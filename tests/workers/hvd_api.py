@@ -27,7 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-import src.compat.hvd as hvd
+import clipbert_legacy.compat.hvd as hvd
 
 DIM, FEAT, B = 4, 3, 4  # input dim, feature dim, rows per rank
 

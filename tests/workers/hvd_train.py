@@ -9,8 +9,8 @@ import os
 
 import torch
 
-import src.compat.hvd as hvd
-from src.utils.distributed import all_gather_list, any_broadcast
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.utils.distributed import all_gather_list, any_broadcast
 
 
 def main():

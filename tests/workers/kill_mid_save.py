@@ -11,8 +11,8 @@ import sys
 
 import torch
 
-from src.training import checkpoint
-from src.training.engine import Trainer
+from clipbert_legacy.training import checkpoint
+from clipbert_legacy.training.engine import Trainer
 from tests.toy_task import ToyTask, toy_cfg
 
 torch.set_num_threads(1)

@@ -12,8 +12,8 @@ import sys
 import torch
 from torch import nn
 
-import src.compat.hvd as hvd
-from src.compat import _row_sparse
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.compat import _row_sparse
 
 ROWS, DIM = 3000, 8
 

@@ -1,7 +1,8 @@
 """Send a real signal to one rank at a step:
 ``signal_stop.py OUT_DIR RANK STEP SIGNAL [N_SIGNALS [--option value ...]]``.
 
-Runs the toy task through the real entry point (``src.tasks.entry.main``, so the exit status is the
+Runs the toy task through the real entry point (``clipbert_legacy.tasks.entry.main``, so the exit status is
+the
 one a launcher sees). The signal goes to one rank only (as when a scheduler signals one node first);
 every rank must still stop at the same step. ``N_SIGNALS`` 2 sends it twice (= stop now).
 """
@@ -11,8 +12,8 @@ import sys
 
 import torch
 
-from src.tasks.entry import main
-from src.training.contracts import Hook
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.training.contracts import Hook
 from tests.toy_task import ToyTask, toy_argv
 
 torch.set_num_threads(1)

@@ -4,7 +4,7 @@ import sys
 
 import torch
 
-from src.tasks.entry import main
+from clipbert_legacy.tasks.entry import main
 from tests.toy_task import ToyTask, toy_argv
 
 torch.set_num_threads(1)

@@ -6,8 +6,8 @@ import sys
 
 import torch
 
-import src.compat.hvd as hvd
-from src.tasks.entry import main
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.tasks.entry import main
 from tests.toy_task import ToyTask, toy_argv
 
 torch.set_num_threads(1)

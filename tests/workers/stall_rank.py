@@ -12,9 +12,9 @@ import time
 
 import torch
 
-import src.compat.hvd as hvd
-from src.tasks.entry import main
-from src.training.contracts import Hook
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.tasks.entry import main
+from clipbert_legacy.training.contracts import Hook
 from tests.toy_task import ToyTask, toy_argv
 
 torch.set_num_threads(1)

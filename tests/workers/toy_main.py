@@ -1,11 +1,11 @@
-"""The toy task through the real entry point (``src.tasks.entry.main``): ``toy_main.py OUT_DIR
+"""The toy task through the real entry point (``clipbert_legacy.tasks.entry.main``): ``toy_main.py OUT_DIR
 JSON_OVERRIDES``; exits with its status (one ``error:`` line on a user error)."""
 import json
 import sys
 
 import torch
 
-from src.tasks.entry import main
+from clipbert_legacy.tasks.entry import main
 from tests.toy_task import ToyTask, toy_argv
 
 torch.set_num_threads(1)

@@ -9,10 +9,10 @@ import sys
 
 import torch
 
-import src.compat.hvd as hvd
-from src.config import parse_args
-from src.tasks.run_vqa import VQATask
-from src.training.engine import Trainer
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.config import parse_args
+from clipbert_legacy.tasks.run_vqa import VQATask
+from clipbert_legacy.training.engine import Trainer
 
 torch.set_num_threads(1)
 config, out_dir = sys.argv[1], sys.argv[2]

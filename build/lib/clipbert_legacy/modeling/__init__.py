@@ -1,0 +1,1 @@
+"""clipbert-legacy: modeling package."""
