@@ -3,14 +3,12 @@
 1. The training step's fused gradient path (``DistributedOptimizer`` over ``torchrun --nproc_per_node
    2``): the same job with this checkout's ``clipbert_legacy.compat.hvd`` and with a baseline checkout's
    (``--baseline``: e.g. ``git worktree add /tmp/base <ref>``; its ``src/`` (the package's parent) is put
-   first on PYTHONPATH),
-   alternated ``--rounds`` times; median step times (wall, and CPU time of all the process's threads,
-   which a shared machine disturbs less) and their ratios. The fused path does no
+   first on PYTHONPATH), alternated ``--rounds`` times; median step times (wall, and CPU time of all the
+   process's threads, which a shared machine disturbs less) and their ratios. The fused path does no
    negotiation: one 3-integer async allreduce per step (the join header) is all it adds.
 2. Small user-facing collectives (``hvd.allreduce`` / ``hvd.broadcast`` of 16 floats): through
    ``clipbert_legacy.compat.hvd`` (matched by name and checked through the launcher's store, run by the
-   process
-   set's executor thread) and directly on a ``torch.distributed`` group, in one job; the ratio.
+   process set's executor thread) and directly on a ``torch.distributed`` group, in one job; the ratio.
 
     .venv/bin/python benchmarks/bench_hvd_overhead.py --baseline /tmp/base [--rounds 3] [--params_m 12]
 """

@@ -8,8 +8,7 @@ pickles the object and then builds ``torch.ByteTensor(bytearray(pickle))`` one e
 0.3 s per MB here), on every rank, every save; torch.distributed's ``all_gather_object`` uses the buffer
 directly. The project now sends the tensors' bytes as one flat uint8 allgather
 (``clipbert_legacy.utils.distributed.allgather_with_tensors``). This launches ``_bench_restore_worker.py``
-under both
-launchers (bench_zero's MLP, default 3.5M parameters) and prints, per launcher and way, the median
+under both launchers (bench_zero's MLP, default 3.5M parameters) and prints, per launcher and way, the median
 seconds of a save, of its gathers and of writing the file (rank 0), with the previous/current ratio.
 
     python benchmarks/bench_restore_save.py [--np 2 --rounds 2 --steps 6 --dim 768 --layers 6 --fp16 0]

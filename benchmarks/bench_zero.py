@@ -5,8 +5,7 @@ trains the same MLP (default 6 x Linear(768, 768) + head, 3.5M parameters, BERT-
 at zero_stage 0, 1 and 2 in turn, the order alternated over rounds, for fp32 and amp O2. Printed per
 precision and stage: each rank's optimizer-state bytes (Adam's two moments, plus amp O2's fp32
 masters: ``clipbert_legacy.training.zero.optimizer_state_bytes``), their ratio to stage 0 (target ~1/N), and
-the
-median step time with its ratio to stage 0.
+the median step time with its ratio to stage 0.
 
     python benchmarks/bench_zero.py [--np 2 --rounds 2 --steps 12 --dim 768 --layers 6]
 """

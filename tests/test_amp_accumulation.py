@@ -1,6 +1,5 @@
 """clipbert_legacy.compat.amp gradient accumulation with delay_unscale: same result as unscaling every
-micro-batch
-and as one big batch, and the first accumulation cycle keeps the fp32 (BatchNorm) grads."""
+micro-batch and as one big batch, and the first accumulation cycle keeps the fp32 (BatchNorm) grads."""
 import copy
 
 import pytest

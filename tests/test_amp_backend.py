@@ -1,6 +1,5 @@
 """clipbert_legacy.compat.amp backend selection: AMP_BACKEND=apex delegates every call (to a fake apex.amp
-here),
-and a missing apex or an unknown AMP_BACKEND value fails clearly."""
+here), and a missing apex or an unknown AMP_BACKEND value fails clearly."""
 import sys
 import types
 

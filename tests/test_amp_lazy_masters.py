@@ -1,6 +1,5 @@
 """clipbert_legacy.compat.amp O2 masters follow apex's lazy rule: their values are taken from the model at the
-first
-zero_grad() / step() / scale_loss / add_param_group after initialize, so writes made to the model (or
+first zero_grad() / step() / scale_loss / add_param_group after initialize, so writes made to the model (or
 into ``model.state_dict()``) in between survive ClipBERT's ``zero_grad(); step()`` "quick hack"; the
 guarantees that made masters eager objects (fp32 optimizer state and fp32 checkpoints loaded after
 initialize) still hold."""

@@ -1,6 +1,5 @@
 """clipbert_legacy.compat.amp model processing: dtypes after O2/O3 (affine BatchNorm fp32), in-place buffer
-casts,
-the patched forward's input/output casts, O1 training on CPU, the CPU fp16 warning, and the same on
+casts, the patched forward's input/output casts, O1 training on CPU, the CPU fp16 warning, and the same on
 CUDA when there is one (O1's cast lists themselves: tests/test_amp_o1.py)."""
 import collections
 import copy

@@ -1,6 +1,5 @@
 """clipbert_legacy.compat.amp O1: apex's cast lists installed process-wide (also outside the model's forward,
-on
-CPU too), the user registry (register_*_function, the decorators, disable_casts), the weight-cast
+on CPU too), the user registry (register_*_function, the decorators, disable_casts), the weight-cast
 cache, and removal of every patch by the next initialize."""
 import pytest
 import torch

@@ -187,9 +187,8 @@ def test_docstrings_cite_nothing_outside_the_repository():
 
 
 def test_entry_points_run_as_file_and_as_module(tmp_path):
-    """ClipBERT users run ``python src/tasks/run_x.py``; ``python -m clipbert_legacy.tasks.run_x`` works too;
-    both
-    from outside the repository (the installed package is found, no PYTHONPATH)."""
+    """ClipBERT users run ``python src/tasks/run_x.py``; ``python -m clipbert_legacy.tasks.run_x`` works
+    too; both from outside the repository (the installed package is found, no PYTHONPATH)."""
     import os
     import subprocess
     import sys

@@ -278,8 +278,9 @@ FORMER_RUNTIME_KEYS = {
 def test_generated_key_sets_match_the_former_hand_lists():
     import clipbert_legacy.config as config
     from clipbert_legacy.training.run_dir import setting_differences
-    assert set(config.MODEL_KEYS) == FORMER_MODEL_KEYS and len(config.MODEL_KEYS) == len(FORMER_MODEL_KEYS)
-    assert config.RUNTIME_KEYS == FORMER_RUNTIME_KEYS
+    keys = config.model_keys()
+    assert set(keys) == FORMER_MODEL_KEYS and len(keys) == len(FORMER_MODEL_KEYS)
+    assert config.runtime_keys() == FORMER_RUNTIME_KEYS
     # the keys the hand list once lacked: a rerun with --cpu_sched_batch 0 is no changed training setting
     stored = {"cpu_sched_batch": True, "row_sparse_allreduce": 0, "learning_rate": 1e-4}
     assert setting_differences(stored, {**stored, "cpu_sched_batch": False, "row_sparse_allreduce": 1}) == {}
@@ -308,7 +309,7 @@ def test_registered_task_feeds_every_generated_list(isolated_registry):
     from clipbert_legacy.training.run_dir import setting_differences
     register_task("_captioning", [Option("beam_size", int, 3, "beams at inference", min=1, runtime=True),
                                   Option("vocab_path", str, None, "caption vocabulary", model=True)])
-    assert "vocab_path" in config.MODEL_KEYS and "beam_size" in config.RUNTIME_KEYS
+    assert "vocab_path" in config.model_keys() and "beam_size" in config.runtime_keys()
     assert "_captioning" in config.documented_tasks()
     md = config_reference_markdown()
     assert "| `beam_size` | int | `3` | >= 1 | _captioning | beams at inference |" in md

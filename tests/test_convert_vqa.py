@@ -1,6 +1,5 @@
 """VQA 2.0 converter (src/clipbert_legacy/preprocessing/converters/vqa.py) on tiny files in visualqa.org's
-format:
-the official answer normalisation on crafted answers, exact output rows, the vocabulary rule, the
+format: the official answer normalisation on crafted answers, exact output rows, the vocabulary rule, the
 image keys, one-line errors naming the file, and the CLI."""
 import json
 import os

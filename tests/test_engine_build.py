@@ -1,6 +1,5 @@
 """The trainer is assembled once (``clipbert_legacy.training.build``) and never rewritten: few attributes, the
-built
-components the same objects from set-up to the end, the config as given, and no code outside the
+built components the same objects from set-up to the end, the config as given, and no code outside the
 builder that assigns a trainer attribute or a config value."""
 import ast
 import copy
@@ -59,7 +58,7 @@ def test_close_outputs_closes_every_writer_last_opened_first_and_raises_the_firs
     """W&B (opened last) finishes its run before TensorBoard and the others close, as before the writers;
     a writer that fails to close does not keep the others (or the lock) open."""
     from clipbert_legacy.training.build import Outputs, close_outputs
-    from clipbert_legacy.training.checkpoint import TrainingRestorer
+    from clipbert_legacy.training.checkpoint_files import TrainingRestorer
     from clipbert_legacy.training.events import Writer
     from clipbert_legacy.training.run_dir import RunDirectory
     from clipbert_legacy.utils.errors import UserError

@@ -1,6 +1,5 @@
 """The horovod.torch API of clipbert_legacy.compat.hvd beyond the training path: autograd through collectives,
-sparse
-gradients, mismatch errors, join with uneven inputs, and every collective's result against Horovod's
+sparse gradients, mismatch errors, join with uneven inputs, and every collective's result against Horovod's
 definition, SyncBatchNorm, timelines, re-initialisation. Each check runs under horovodrun -np 2 (real
 Horovod: it pins what Horovod does) and under torchrun --nproc_per_node 2 (the torch backend): one job
 per launcher runs them all (worker tests/workers/hvd_api.py), each test reads its part."""

@@ -6,6 +6,7 @@ other. A fresh venv gets the project's wheel (built from this checkout, not edit
 its third-party packages (torch, transformers, ...) come from the project's env through a ``.pth`` line.
 """
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -44,10 +45,15 @@ def _run(cmd, cwd, timeout=600, pythonpath=None):
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    """The project's wheel, built from this checkout without build isolation (setuptools of the env)."""
-    out = tmp_path_factory.mktemp("wheel")
+    """The project's wheel, built without build isolation (setuptools of the env) from a copy of what the
+    build reads, so the checkout gets no build/ or egg-info folder."""
+    out, tree = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("tree")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, tree / name)
+    shutil.copytree(REPO / "src" / "clipbert_legacy", tree / "src" / "clipbert_legacy",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-          "--disable-pip-version-check", "-q", "-w", out, REPO], cwd=out)
+          "--disable-pip-version-check", "-q", "-w", out, tree], cwd=out)
     (whl,) = out.glob("clipbert_legacy-*.whl")
     return whl
 

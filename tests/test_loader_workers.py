@@ -1,6 +1,6 @@
 """DataLoader worker settings (src/clipbert_legacy/utils/loader_workers.py): a too-small /dev/shm is a
-one-line error before
-any worker starts, and a stalled worker ends the loader after the timeout instead of hanging it."""
+one-line error before any worker starts, and a stalled worker ends the loader after the timeout instead of
+hanging it."""
 import os
 import time
 

@@ -1,6 +1,5 @@
 """ClipBERT's MetaLoader as clipbert_legacy.training.data.MetaSampler: each batch from one dataset drawn by
-ratio,
-the same dataset on every rank, disjoint examples across ranks, exact continuation after a resume."""
+ratio, the same dataset on every rank, disjoint examples across ranks, exact continuation after a resume."""
 import pytest
 import torch
 

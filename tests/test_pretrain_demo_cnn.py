@@ -1,6 +1,5 @@
 """The demo CNN pretraining (src/clipbert_legacy/preprocessing/pretrain_demo_cnn.py): it learns the
-attributes, its
-file is a detectron2-style backbone checkpoint that the demo configs load key for key, it is
+attributes, its file is a detectron2-style backbone checkpoint that the demo configs load key for key, it is
 deterministic, and bad input fails with one line naming the file and the fix."""
 import json
 import os

@@ -3,8 +3,7 @@ test_docs.py).
 
 Blocks preceded by ``<!-- readme-test -->`` run in order in one bash session from the repo root,
 in a reduced mode: ``$CLIPBERT_OVERRIDES`` (appended to every task's command line by
-src/clipbert_legacy/config/)
-shortens training, so the commands themselves are exactly the documented ones.
+src/clipbert_legacy/config/) shortens training, so the commands themselves are exactly the documented ones.
 """
 import os
 import re

@@ -3,8 +3,7 @@ traceback. Every case checks the exit code, the one-line ``error:`` message (nam
 value and the fix) and what the run directory holds afterwards.
 
 Toy-task cases run the real entry point (``clipbert_legacy.tasks.entry.main``) in-process; kills, locks and
-dead
-ranks use subprocesses with timeouts; the video cases use a tiny synthetic retrieval dataset.
+dead ranks use subprocesses with timeouts; the video cases use a tiny synthetic retrieval dataset.
 """
 import fcntl
 import functools
@@ -27,7 +26,7 @@ from clipbert_legacy.datasets.build import build_retrieval_datasets
 from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
 from clipbert_legacy.tasks.entry import main
 from clipbert_legacy.tasks.run_video_retrieval import RetrievalTask
-from clipbert_legacy.training.checkpoint import all_finite
+from clipbert_legacy.training.checkpoint_files import all_finite
 from tests import mp_utils
 from tests.toy_task import ToyTask, toy_argv
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from clipbert_legacy.tasks.entry import main
-from clipbert_legacy.training.checkpoint import checkpoints_to_keep
+from clipbert_legacy.training.checkpoint_files import checkpoints_to_keep
 from clipbert_legacy.training.metrics_log import read_metrics
 from clipbert_legacy.utils import device
 from clipbert_legacy.utils.progress import Progress, progress_mode

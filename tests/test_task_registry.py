@@ -4,9 +4,8 @@ tests/toy_count_task.py is a new task written as docs/adding_a_task.md says: its
 post-parse rule) beside its class. As a built-in task it is one line in
 ``clipbert_legacy.tasks.registry.BUILTIN_TASKS``
 (the product's entry, ``python -m clipbert_legacy.tasks NAME``, then runs it); as a plugin, one ``register``
-call.
-Everything that used to need a hand-edited list (parser, config reference, MODEL_KEYS at inference,
-RUNTIME_KEYS of the rerun policy, the schema test, the model's head) must pick it up.
+call. Everything that used to need a hand-edited list (parser, config reference, model_keys() at inference,
+runtime_keys() of the rerun policy, the schema test, the model's head) must pick it up.
 """
 import inspect
 import json
@@ -49,8 +48,8 @@ def toy_argv(out, **kw):
 def test_one_registration_feeds_every_generated_list(toy_registered):
     assert registry.get_task("toy_count") is ToyCountTask and "toy_count" in registry.runnable_tasks()
     assert "toy_count" in config.documented_tasks()
-    assert "toy_frames" in config.MODEL_KEYS and "toy_eval_batches" in config.RUNTIME_KEYS
-    assert "toy_examples" not in config.MODEL_KEYS and "toy_examples" not in config.RUNTIME_KEYS
+    assert "toy_frames" in config.model_keys() and "toy_eval_batches" in config.runtime_keys()
+    assert "toy_examples" not in config.model_keys() and "toy_examples" not in config.runtime_keys()
     assert {o.name for o in TOY_COUNT.options} <= schema_keys()  # the schema test covers its keys
     md = config_reference_markdown()
     assert ("| `toy_frames` | int | `3` | >= 1 | toy_count | frames per synthetic clip; the label is the "
@@ -122,7 +121,7 @@ def test_a_new_builtin_task_is_one_file_plus_one_registration_line(monkeypatch, 
     out = tmp_path / "run"
     torch.manual_seed(0)
     assert tasks_main(["toy_count", *toy_argv(out)]) == 0
-    assert registry.get_task("toy_count") is ToyCountTask and "toy_frames" in config.MODEL_KEYS
+    assert registry.get_task("toy_count") is ToyCountTask and "toy_frames" in config.model_keys()
     assert [r["step"] for r in read_metrics(str(out / "log" / "metrics.jsonl"), "valid")] == [2, 4]
     registry.load_builtin_tasks()  # what python -m clipbert_legacy.config does before it writes the reference
     assert "| `toy_frames` | int | `3` | >= 1 | toy_count |" in config_reference_markdown()

@@ -1,7 +1,7 @@
-"""``--zero_stage 1|2`` (clipbert_legacy.training.zero, clipbert_legacy.optimization.sharding): the partition,
-the state dict
-between full layout and shard, and real ``torchrun --nproc_per_node 2`` runs whose weights, restore
-files and resumes are bit-equal to the unsharded run's, with half the optimizer state per rank."""
+"""``--zero_stage 1|2`` (clipbert_legacy.training.zero, clipbert_legacy.optimization.sharding): the
+partition, the state dict between full layout and shard, and real ``torchrun --nproc_per_node 2`` runs
+whose weights, restore files and resumes are bit-equal to the unsharded run's, with half the optimizer
+state per rank."""
 import glob
 import json
 import os

@@ -4,8 +4,7 @@
 ClipBERT task: its own options (one model-defining, one runtime, one training setting) and post-parse
 rule, a dataset builder, a head on the ClipBERT model, an evaluator and an entry point. Its
 ``task_type`` is unknown to ``clipbert_legacy.modeling.heads.make_head``: the model can only get the task's
-head.
-tests/test_task_registry.py registers it with one call and checks every generated list picks it up.
+head. tests/test_task_registry.py registers it with one call and checks every generated list picks it up.
 """
 import sys
 

@@ -1,6 +1,6 @@
 """ClipBERT's script path ``src/tasks/run_video_qa.py``: runs ``clipbert_legacy.tasks.run_video_qa`` (the
-project's code lives in
-``src/clipbert_legacy/``; this file only keeps ClipBERT's command line working from a checkout)."""
+project's code lives in ``src/clipbert_legacy/``; this file only keeps ClipBERT's command line working from
+a checkout)."""
 import runpy
 
 if __name__ == "__main__":

@@ -4,11 +4,10 @@ under horovodrun (real Horovod) or torchrun (the torch backend); each rank write
 
 Modes:
   autograd  a loss computed on ``hvd.allgather`` of every rank's features; writes the parameter
-            gradients summed over ranks (with ``--world 2`` and no launcher: the one-process gradients
-            on the whole batch)
-  sparse    nn.Embedding(sparse=True) vs a dense copy, both through DistributedOptimizer; final weights
-  mismatch  an allreduce of different shapes per rank (then one that matches); the errors
-  join      uneven batches (rank 0: 2, rank 1: 4) with DistributedOptimizer and a per-step loss
+            gradients summed over ranks (with ``--world 2`` and no launcher: the one-process gradients on the
+  whole batch) sparse    nn.Embedding(sparse=True) vs a dense copy, both through DistributedOptimizer; final
+  weights mismatch  an allreduce of different shapes per rank (then one that matches); the errors join
+  uneven batches (rank 0: 2, rank 1: 4) with DistributedOptimizer and a per-step loss
             allreduce, then hvd.join(); final weights, join's return, the loss sums
   ops       reducescatter / alltoall / grouped / async / in-place / integer / process-set results
             checked against Horovod's definitions (each check's expected value is computed here)
@@ -16,9 +15,8 @@ Modes:
             gradients (with ``--world 2`` and no launcher: torch's BatchNorm1d on the whole batch)
   timeline  start_timeline / an allreduce / stop_timeline; rank 0 writes the trace
   reinit    init / collectives / shutdown, three times; is_initialized() along the way
-  leave     (last) rank 1 ends its process while rank 0 waits in an allreduce: rank 0's error and how
-            long it took
-"""
+  leave     (last) rank 1 ends its process while rank 0 waits in an allreduce: rank 0's error and how long
+it took"""
 import argparse
 import json
 import os

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from clipbert_legacy.training import checkpoint
+from clipbert_legacy.training import checkpoint_files as checkpoint
 from clipbert_legacy.training.engine import Trainer
 from tests.toy_task import ToyTask, toy_cfg
 

@@ -2,8 +2,7 @@
 ``signal_stop.py OUT_DIR RANK STEP SIGNAL [N_SIGNALS [--option value ...]]``.
 
 Runs the toy task through the real entry point (``clipbert_legacy.tasks.entry.main``, so the exit status is
-the
-one a launcher sees). The signal goes to one rank only (as when a scheduler signals one node first);
+the one a launcher sees). The signal goes to one rank only (as when a scheduler signals one node first);
 every rank must still stop at the same step. ``N_SIGNALS`` 2 sends it twice (= stop now).
 """
 import os

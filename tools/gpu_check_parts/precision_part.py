@@ -1,16 +1,14 @@
 """Parts 2 and 3 of the GPU check: training step rate and peak memory per precision on the base model.
 
 Each mode runs the engine's own precision classes (clipbert_legacy.training.precision) on ClipBERT's base
-model
-(BERT-base config, ResNet-50 grid backbone, random weights) at its MSRVTT retrieval input; warm-up steps,
-then timed steps of forward, (scaled) backward and AdamW step. The input batches are built on the device
-before the clock starts, so the timed loop holds no host-side batch building or host-to-device copy
+model (BERT-base config, ResNet-50 grid backbone, random weights) at its MSRVTT retrieval input; warm-up
+steps, then timed steps of forward, (scaled) backward and AdamW step. The input batches are built on the
+device before the clock starts, so the timed loop holds no host-side batch building or host-to-device copy
 (amp O2 waits on the host every step for its overflow check and would pay that time in full, while
 fp32/bf16 would hide it). TF32 is off for every mode except ``fp32_tf32`` (both torch flags are set and
-recorded per mode). Part 2 is ``--modes fp32 amp_O2`` (amp's module state keeps its model alive, so O2
-runs last in its process), part 3 ``--modes bf16 fp32_tf32 --baseline <part 2's file>``. The result file
-is rewritten after every mode.
-"""
+recorded per mode). Part 2 is ``--modes fp32 amp_O2`` (amp's module state keeps its model alive, so O2 runs
+last in its process), part 3 ``--modes bf16 fp32_tf32 --baseline <part 2's file>``. The result file is
+rewritten after every mode."""
 import gc
 import json
 import os

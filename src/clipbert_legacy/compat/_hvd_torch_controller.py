@@ -6,8 +6,7 @@ it. Here the same happens over the TCP store ``torchrun`` already runs (the one 
 * a rank **submits** an operation by pushing an event onto the set's log, a queue in the store (one
   round trip; the log's order is the one order every rank agrees on);
 * the **coordinator** thread of the set's lowest rank reads the log in order, feeds it to
-  ``Negotiation`` (name matching, join, checks) and appends each ready response to the schedule
-  ``s<j>``;
+  ``Negotiation`` (name matching, join, checks) and appends each ready response to the schedule ``s<j>``;
 * an **executor** thread on every member reads the schedule in order and runs each collective on the
   set's own process group, completing the rank's handle (or an error: the same on every rank).
 

@@ -1,8 +1,7 @@
 """The `horovod.torch` API, over real Horovod or over `torch.distributed`.
 
 ClipBERT-style scripts say `import horovod.torch as hvd`; ours say `import clipbert_legacy.compat.hvd as hvd`
-and
-keep every call: the whole ``horovod.torch`` 0.28.1 API (collectives with their async, in-place and
+and keep every call: the whole ``horovod.torch`` 0.28.1 API (collectives with their async, in-place and
 grouped forms, handles, process sets, join, SyncBatchNorm, timelines, DistributedOptimizer ...). Two
 backends sit under the same names:
 

@@ -1,7 +1,7 @@
 """Single-machine launches that listen on the loopback only.
 
-    python -m clipbert_legacy.compat.loopback horovodrun -np 2 -H localhost:2 --gloo python src/tasks/run_x.py
-    ...
+    python -m clipbert_legacy.compat.loopback horovodrun -np 2 -H localhost:2 --gloo \
+        python src/tasks/run_x.py ...
     python -m clipbert_legacy.compat.loopback torchrun --nproc_per_node 2 src/tasks/run_x.py ...
 
 Why: the launchers' servers take commands without authentication (PyTorch's security policy: its

@@ -25,10 +25,9 @@ Usage::
 
 Adding a task: declare a :class:`TaskSpec` (name, options, post-parse rule, parent) and register it
 with :func:`register_task` (the task layer's ``clipbert_legacy.tasks.registry.register`` does it for a whole
-task);
-see docs/adding_a_task.md. Flag each option ``model=True`` (inference takes it from the trained run)
-or ``runtime=True`` (it may change between the runs of one directory): :data:`MODEL_KEYS` and
-:data:`RUNTIME_KEYS` are generated from the flags of every registered task.
+task); see docs/adding_a_task.md. Flag each option ``model=True`` (inference takes it from the trained run)
+or ``runtime=True`` (it may change between the runs of one directory): :func:`model_keys` and
+:func:`runtime_keys` are generated from the flags of every registered task.
 
 Modules: ``schema`` (Config, Option, ConfigError, value checks), ``task_spec`` (TaskSpec), ``tasks`` (the
 registry, the built-in tasks, the generated key sets), ``options`` (ClipBERT's shared, retrieval and video
@@ -55,30 +54,23 @@ from clipbert_legacy.config.reference import (
     update_reference,
 )
 from clipbert_legacy.config.schema import Config, ConfigError, Option, coerce
-from clipbert_legacy.config.stored import apply_stored_model_config, model_keys, runtime_keys
+from clipbert_legacy.config.stored import apply_stored_model_config
 from clipbert_legacy.config.task_spec import PostParse, TaskSpec
 from clipbert_legacy.config.tasks import (
     documented_tasks,
+    model_keys,
     register_task,
+    runtime_keys,
     task_names,
     task_options,
     with_defaults,
 )
 
 __all__ = [
-    "DECAYS", "MODEL_KEYS", "OVERRIDES_ENV", "REFERENCE_BEGIN", "REFERENCE_END", "RETRIEVAL_OPTIONS",
-    "RUNTIME_KEYS", "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "VQA_OPTIONS", "PRETRAIN_OPTIONS",
+    "DECAYS", "OVERRIDES_ENV", "REFERENCE_BEGIN", "REFERENCE_END", "RETRIEVAL_OPTIONS",
+    "SHARED_OPTIONS", "VIDEO_QA_OPTIONS", "VQA_OPTIONS", "PRETRAIN_OPTIONS",
     "Config", "ConfigError", "Option", "PostParse", "TaskSpec", "apply_stored_model_config", "build_parser",
     "coerce", "config_reference_markdown", "documented_tasks", "env_overrides", "model_keys", "parse_args",
     "parse_args_or_exit", "register_task", "runtime_keys", "task_names", "task_options", "update_reference",
     "with_defaults",
 ]
-
-
-def __getattr__(name: str):
-    """``MODEL_KEYS`` / ``RUNTIME_KEYS``: generated on each access (``config.stored`` owns them)."""
-    from clipbert_legacy.config import stored
-    try:
-        return stored.__getattr__(name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

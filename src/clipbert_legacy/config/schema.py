@@ -72,9 +72,9 @@ class Option:
     ``unused``: accepted for ClipBERT compatibility but has no effect (a notice is logged when set).
     ``derived``: computed after parsing; a given value is replaced (with a notice if it differs).
     ``model``: the key defines the trained model; inference takes it from the training run's
-    ``log/args.json`` (``clipbert_legacy.config.stored.MODEL_KEYS`` is generated from these flags).
+    ``log/args.json`` (``clipbert_legacy.config.model_keys()`` is generated from these flags).
     ``runtime``: the key says how a run runs, not what it trains, so it may differ between the runs of
-    one output directory (``clipbert_legacy.config.stored.RUNTIME_KEYS``; the rerun policy ignores it).
+    one output directory (``clipbert_legacy.config.runtime_keys()``; the rerun policy ignores it).
     """
     name: str
     type: type

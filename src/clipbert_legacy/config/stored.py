@@ -1,25 +1,17 @@
 """Which keys of a training run's stored ``log/args.json`` inference applies, and which settings may differ
 between the runs of one directory: both generated from the options' ``model`` / ``runtime`` flags.
 
-``MODEL_KEYS`` and ``RUNTIME_KEYS`` are computed on each access (a module ``__getattr__``), so a task
-registered after import is included; code that needs them calls :func:`model_keys` / :func:`runtime_keys`.
+The two key sets are computed on each call of :func:`model_keys` / :func:`runtime_keys`
+(``clipbert_legacy.config.tasks``), so a task registered after import is included.
 """
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Optional
 
 from clipbert_legacy.config.schema import Config
-from clipbert_legacy.config.tasks import model_keys, runtime_keys
+from clipbert_legacy.config.tasks import model_keys
 
 logger = logging.getLogger(__name__)
-
-
-def __getattr__(name: str):
-    if name == "MODEL_KEYS":
-        return model_keys()
-    if name == "RUNTIME_KEYS":
-        return runtime_keys()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def apply_stored_model_config(cfg: Config, stored_args: Mapping,

@@ -2,12 +2,10 @@
 
 A :class:`TaskSpec` is plain data, declared beside what it configures: a task class carries its spec
 (``Task.spec``); ClipBERT's built-in tasks declare theirs in ``clipbert_legacy.config.options*`` because
-layers below
-the tasks (the dataset builders, the model builder, inference) read their options.
+layers below the tasks (the dataset builders, the model builder, inference) read their options.
 ``clipbert_legacy.config.tasks``
 keeps the specs the parser knows; the task classes are the task layer's (``clipbert_legacy.tasks.registry``),
-which
-the config layer does not import.
+which the config layer does not import.
 """
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -4,8 +4,7 @@ This is the config layer's half of the task registry. It starts with ClipBERT's 
 (:data:`CONFIG_SPECS`: their options are read below the task layer, by the dataset and model builders
 and by inference, so they are declared in ``clipbert_legacy.config.options*``); the task layer's registry
 (``clipbert_legacy.tasks.registry``: the one list of built-in task classes, and ``register`` for a plugin)
-adds the
-spec of every task class it loads with :func:`register_task`. Everything that needs "all options"
+adds the spec of every task class it loads with :func:`register_task`. Everything that needs "all options"
 iterates the specs known here: the parser, the config reference (:func:`documented_tasks`), the
 generated key sets (:func:`model_keys`, :func:`runtime_keys`) and the schema tests.
 """

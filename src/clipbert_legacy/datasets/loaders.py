@@ -1,7 +1,6 @@
 """The loader wrapper of the video tasks: batches moved to the device and normalised there, bad videos
 reported. The DataLoaders themselves are built by the engine (training: ``clipbert_legacy.training.data``) and
-by
-``clipbert_legacy.tasks.base`` (evaluation), with the settings of
+by ``clipbert_legacy.tasks.base`` (evaluation), with the settings of
 ``clipbert_legacy.utils.loader_workers.loader_settings``."""
 import logging
 

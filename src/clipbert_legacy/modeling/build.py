@@ -4,8 +4,7 @@ Reads the model JSON (``cfg.model_config``, a BertConfig plus ClipBERT's grid ke
 (``cnn_type``), the transformer and the task head, initialises weights (BERT init N(0, 0.02)), then
 loads ``e2e_weights_path`` (whole model) or else ``cnn_weights_path`` / ``bert_weights_path``, and
 applies ``freeze_cnn``. Every load logs a key table (clipbert_legacy.utils.load_save); the summaries are kept
-in
-``model.load_summaries``.
+in ``model.load_summaries``.
 """
 import logging
 import os
@@ -102,8 +101,7 @@ def build_model(cfg: Mapping[str, Any], head: Any = None) -> ClipBert:
     (retrieval|qa_open|qa_mc) and the HEAD_KEYS it sets instead (``make_head``'s defaults for the rest).
     The schema's defaults are filled where the config is parsed; a plain dict is completed here by
     ``clipbert_legacy.config.with_defaults`` (the shared options: nothing of a task's), which leaves a parsed
-    config
-    as it is. The model JSON may give cnn_type / cnn_norm / cnn_freeze_at / bert_weights_path where the
+    config as it is. The model JSON may give cnn_type / cnn_norm / cnn_freeze_at / bert_weights_path where the
     config leaves them unset."""
     cfg = with_defaults(cfg)
     if head is None:

@@ -1,7 +1,6 @@
 """The demo dataset's vocabulary: colours, shapes, motions and the caption/answer phrases built from
 them. Shared by :mod:`clipbert_legacy.preprocessing.make_demo_data` (which renders and annotates the videos)
-and
-:mod:`clipbert_legacy.preprocessing.pretrain_demo_cnn` (whose attribute heads predict the same values).
+and :mod:`clipbert_legacy.preprocessing.pretrain_demo_cnn` (whose attribute heads predict the same values).
 
 Changing anything here changes the demo data (it is built byte-identically from these tables).
 """

@@ -19,8 +19,8 @@ still; colour x shape x motion = 6 x 3 x 5 = 90 combinations. Output under --out
 Val/test videos use distinct combinations (up to 90), so every caption matches one video.
 Motion is only visible across frames: the shape starts within a few pixels of the centre.
 
-    python -m clipbert_legacy.preprocessing.make_demo_data --output_dir data/demo --n_train 1800 --n_val 90
-    --n_test 90
+    python -m clipbert_legacy.preprocessing.make_demo_data --output_dir data/demo \
+        --n_train 1800 --n_val 90 --n_test 90
 """
 import argparse
 import io

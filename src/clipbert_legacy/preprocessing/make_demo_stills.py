@@ -1,7 +1,7 @@
 """The demo's still-image caption data, for image-text pretraining (and VQA-style questions) on CPU.
 
-    python -m clipbert_legacy.preprocessing.make_demo_stills --output_dir data/demo [--n_train 1200 --n_val
-    60]
+    python -m clipbert_legacy.preprocessing.make_demo_stills --output_dir data/demo \
+        [--n_train 1200 --n_val 60]
 
 Writes ``OUTPUT/stills_db`` (an LMDB of PNG images: one frame of a shape on a textured background, the
 same renderer as the demo videos, with seeds of their own so no still is a frame of a retrieval

@@ -1,7 +1,6 @@
 """VQA demo data: single frames of the synthetic demo videos with colour / shape questions.
 
-Reads what ``make_demo_data`` wrote (``vis_db`` and ``txt/attributes_{split}.jsonl``) and writes, next
-to it::
+Reads what ``make_demo_data`` wrote (``vis_db`` and ``txt/attributes_{split}.jsonl``) and writes, next to it::
 
     vqa_img_db/                LMDB, key = image id, value = JPEG bytes of one frame of each video
     txt/vqa_{split}.jsonl      {question, image_id, question_id, answers [10], labels, answer_type}

@@ -17,8 +17,7 @@ logger = logging.getLogger(__name__)
 
 class InferenceSteps:
     """Mixed into ``clipbert_legacy.tasks.base.ClipBertTask``: :meth:`prepare_inference` before a task's
-    inference,
-    :meth:`write_inference_outputs` after it; :meth:`run_inference` is the task's."""
+    inference, :meth:`write_inference_outputs` after it; :meth:`run_inference` is the task's."""
 
     _inference_args: dict
 

@@ -6,8 +6,7 @@ several datasets mixed by ratio, on the one engine::
 
 Training batches come from one ``train_datasets`` entry at a time, drawn by ``ratio`` (ClipBERT's
 MetaLoader, clipbert_legacy.training.data.MetaSampler). Validation reports, per ``val_datasets`` entry and
-over
-all, MLM accuracy (masked tokens predicted right) and loss, ITM accuracy and loss; ``loss`` (their sum)
+over all, MLM accuracy (masked tokens predicted right) and loss, ITM accuracy and loss; ``loss`` (their sum)
 picks the best checkpoint. A checkpoint fine-tunes any task: ``--e2e_weights_path ckpt/model_best.pt``
 (the pretraining heads are left out, the task's classifier starts fresh; the load table lists both).
 """

@@ -6,8 +6,7 @@
         --inference_n_clips 1
 
 Training runs the shared engine (src/clipbert_legacy/training/engine.py); validation reports ``overall_acc``
-(the
-main metric) and, for frameqa/msrvtt_qa, ``{answer_type}_acc``; action/transition report the
+(the main metric) and, for frameqa/msrvtt_qa, ``{answer_type}_acc``; action/transition report the
 5-way multiple-choice accuracy as ``overall_acc``. Inference writes ClipBERT's QA result layout::
 
     {output_dir}/results_{stem(inference_txt_db)}/step_{N}_{n_clips}_{agg}/
@@ -17,7 +16,7 @@ main metric) and, for frameqa/msrvtt_qa, ``{answer_type}_acc``; action/transitio
 option index for action/transition; data = the annotation). Differences from ClipBERT (bugs):
 
 * only the model-defining keys of the trained run's ``log/args.json`` are applied
-  (clipbert_legacy.config.MODEL_KEYS); ``output_dir`` and every CLI inference setting stay as given;
+  (clipbert_legacy.config.model_keys()); ``output_dir`` and every CLI inference setting stay as given;
 * the task comes from the trained run, so ``--config`` is optional at inference;
 * an unlabeled annotation file (no ``answer``) gets predictions and no ``scores.json`` (ClipBERT
   crashed computing scores); a notice says so.

@@ -31,7 +31,8 @@ import torch
 import clipbert_legacy.compat.hvd as hvd
 from clipbert_legacy.config import Config
 from clipbert_legacy.training import batch_size_finder
-from clipbert_legacy.training.checkpoint import TrainingRestorer, atomic_write_text, load_model_weights
+from clipbert_legacy.training.checkpoint_files import TrainingRestorer, atomic_write_text, load_model_weights
+from clipbert_legacy.training.checkpointer import Checkpointer
 from clipbert_legacy.training.data import MetaSampler, ResumableDistributedSampler, build_train_dataloader
 from clipbert_legacy.training.elastic import check_horovod_backend, horovod_elastic, torchrun_restarts
 from clipbert_legacy.training.events import LogLines, MetricsJsonl, ProgressBar, TensorBoard, Writer
@@ -39,7 +40,6 @@ from clipbert_legacy.training.plan import RunPlan
 from clipbert_legacy.training.precision import build_precision
 from clipbert_legacy.training.run_dir import RunDirectory, check_same_restore_state
 from clipbert_legacy.training.run_state import RunState
-from clipbert_legacy.training.state import Checkpointer
 from clipbert_legacy.training.step import TimedBatches, run_step
 from clipbert_legacy.training.wandb_logger import WandbLogger
 from clipbert_legacy.training.zero import build_distributed_optimizer

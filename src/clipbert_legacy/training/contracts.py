@@ -42,11 +42,10 @@ class StepResult:
 
 class TrainerView(Protocol):
     """What hooks use of ``clipbert_legacy.training.engine.Trainer``: the built components (read-only), the
-    run state
-    and the event record. Hooks change the run only through ``trainer.state`` (``request_stop``, the best
-    checkpoint), put values for the writers into ``trainer.events`` and keep what they must save in their
-    own ``state_dict``; they never assign the trainer's attributes or the config, and never write the
-    restore file (the engine does, at the end of the step)."""
+    run state and the event record. Hooks change the run only through ``trainer.state`` (``request_stop``,
+    the best checkpoint), put values for the writers into ``trainer.events`` and keep what they must save
+    in their own ``state_dict``; they never assign the trainer's attributes or the config, and never write
+    the restore file (the engine does, at the end of the step)."""
 
     cfg: object
     task: object
@@ -62,7 +61,7 @@ class TrainerView(Protocol):
     def plan(self) -> RunPlan: ...
 
     @property
-    def checkpointer(self) -> object: ...  # clipbert_legacy.training.state.Checkpointer
+    def checkpointer(self) -> object: ...  # clipbert_legacy.training.checkpointer.Checkpointer
 
     @property
     def rank(self) -> int: ...

@@ -182,8 +182,7 @@ class SeededDataset(Dataset):
 def build_train_dataloader(dataset, sampler, batch_size, collate_fn=None, n_workers=0, seed=0, **settings):
     """DataLoader over :class:`SeededDataset` with its own generator (the global RNG is untouched).
     ``settings``: the run's ``clipbert_legacy.utils.loader_workers.loader_settings`` (workers, timeout,
-    pin_memory);
-    without them ``n_workers`` workers and no pinning."""
+    pin_memory); without them ``n_workers`` workers and no pinning."""
     g = torch.Generator()
     g.manual_seed(seed)
     settings = settings or worker_settings(n_workers)

@@ -21,8 +21,7 @@ with another world size continue the epoch exactly).
 
 A change of the world is an explicit rebuild through the builder (``Trainer.rebuild`` ->
 ``clipbert_legacy.training.build.rebuild``: rank, world, the sampler and loader of the new share, rank 0's
-rank-0
-duties; the plan and run-directory outcome rank 0 sends), never an assignment of the trainer's fields.
+rank-0 duties; the plan and run-directory outcome rank 0 sends), never an assignment of the trainer's fields.
 """
 from __future__ import annotations
 

@@ -3,15 +3,13 @@
 A task supplies a :class:`~clipbert_legacy.training.task.Task` (model, training data, loss, evaluation);
 :class:`Trainer` does the rest. It holds only the loop's parts (detectron2's ``TrainerBase``):
 
-* ``parts``: the built components, one frozen :class:`~clipbert_legacy.training.build.Components` (config,
-process,
-  outputs, plan, model, optimizer, precision, sharding, loader, checkpointer), made by
+* ``parts``: the built components, one frozen :class:`~clipbert_legacy.training.build.Components`
+  (config, process, outputs, plan, model, optimizer, precision, sharding, loader, checkpointer), made by
   ``clipbert_legacy.training.build`` in one visible order and never changed afterwards (a change of the world
   under Horovod elastic is an explicit rebuild there);
-* ``hooks`` (``clipbert_legacy.training.hooks``, the task's, the caller's), ``state`` (the run state they
-share,
-  ``clipbert_legacy.training.run_state``) and ``events`` (the step's event record the writers write,
-  ``clipbert_legacy.training.events``);
+* ``hooks`` (``clipbert_legacy.training.hooks``, the task's, the caller's), ``state`` (the run state
+  they share, ``clipbert_legacy.training.run_state``) and ``events`` (the step's event record the
+  writers write, ``clipbert_legacy.training.events``);
 * the config and task it was given, the stop signals.
 
 One step (``clipbert_legacy.training.step.run_step``) is forward/backward over the accumulation steps with one
@@ -36,7 +34,8 @@ from collections.abc import Iterable
 
 from clipbert_legacy.config.options import profile_range
 from clipbert_legacy.training import build
-from clipbert_legacy.training.checkpoint import model_step_path
+from clipbert_legacy.training.checkpoint_files import model_step_path
+from clipbert_legacy.training.checkpointer import migrate_counters
 from clipbert_legacy.training.contracts import Hook, StepResult
 from clipbert_legacy.training.elastic import ElasticCommit, horovod_elastic, run_horovod_elastic
 from clipbert_legacy.training.events import EventRecord
@@ -45,7 +44,6 @@ from clipbert_legacy.training.nonfinite import check_final_weights, stop_diverge
 from clipbert_legacy.training.preemption import StopSignals, preempted
 from clipbert_legacy.training.profiling import StepProfiler
 from clipbert_legacy.training.run_state import RunState, ValidationRecord
-from clipbert_legacy.training.state import migrate_counters
 from clipbert_legacy.training.step import Diverged, TimedBatches, batch_stream, run_step, step_scalars
 from clipbert_legacy.training.task import Task
 from clipbert_legacy.utils.errors import RunDirError
@@ -109,8 +107,7 @@ class Trainer:
     # ---------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
         """The components (``clipbert_legacy.training.build.build``: no collective under Horovod elastic),
-        then the
-        restore file's counters and every hook's saved state."""
+        then the restore file's counters and every hook's saved state."""
         self.parts, restored = build.build(self.given_cfg, self.task)
         self.state.follow_metric(self.cfg.best_metric or self.task.main_metric)
         if restored is not None:

@@ -129,9 +129,8 @@ class LogLines(Writer):
 
 class MetricsJsonl(Writer):
     """``log/metrics.jsonl`` (``clipbert_legacy.training.metrics_log``): the logged training steps (tags
-    without their
-    ``train/`` / ``perf/`` prefix) and every validation. A resumed run first drops the lines after the
-    step it resumes from."""
+    without their ``train/`` / ``perf/`` prefix) and every validation. A resumed run first drops the lines
+    after the step it resumes from."""
 
     def __init__(self, log_dir: str, log_interval: int):
         self.log, self.log_interval = MetricsLog(log_dir), log_interval

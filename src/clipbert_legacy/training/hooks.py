@@ -1,9 +1,8 @@
 """Periodic work around the training step, as hooks (the model is detectron2's ``engine/hooks.py``).
 
 The contract (:class:`~clipbert_legacy.training.contracts.Hook`, what a step reports, what a hook may use of
-the
-trainer) is ``clipbert_legacy.training.contracts``. The trainer runs ``before_train`` once, then around every
-optimizer step ``before_step(trainer)`` and ``after_step(trainer, result)`` on each hook in order,
+the trainer) is ``clipbert_legacy.training.contracts``. The trainer runs ``before_train`` once, then around
+every optimizer step ``before_step(trainer)`` and ``after_step(trainer, result)`` on each hook in order,
 ``after_train`` at the end, and ``close`` whether the run ended well or not. Its default hooks:
 
 ==========================  ==========  ==============================================================
@@ -19,19 +18,16 @@ hook                        collective  what it does
 ==========================  ==========  ==============================================================
 
 then, with ``profile_steps``, the profiler (``clipbert_legacy.training.profiling.StepProfiler``), the task's
-hooks
-(``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``, and last, in Horovod
+hooks (``Task.build_hooks``) and the ones passed to ``Trainer(cfg, task, hooks=[...])``, and last, in Horovod
 elastic runs only, ``clipbert_legacy.training.elastic.ElasticCommit`` (it commits in the next step's
 ``before_step``, after the engine's end of the step).
 
 No hook writes a log line of metrics, a TensorBoard scalar or the restore file: hooks put values into
 the step's event record (``trainer.events``; ``clipbert_legacy.training.events``), and after every hook of the
-step
-the engine hands the record to the writers and writes the restore file when it is due. Hooks exchange
+step the engine hands the record to the writers and writes the restore file when it is due. Hooks exchange
 results through ``trainer.state`` (``clipbert_legacy.training.run_state``), never through files or the
-trainer's
-fields, and the validation hooks act in ``after_validation`` on the published record; so no default hook
-depends on its place in the list (``tests/test_hooks.py`` runs them reversed and compares every file).
+trainer's fields, and the validation hooks act in ``after_validation`` on the published record; so no default
+hook depends on its place in the list (``tests/test_hooks.py`` runs them reversed and compares every file).
 
 A **collective** hook calls collective operations (allreduce, broadcast, gather): it must run on every
 rank at the same steps, in the same order, or the job stalls until the launcher's timeout. Decide when
@@ -49,7 +45,7 @@ import os
 import torch
 
 import clipbert_legacy.compat.hvd as hvd
-from clipbert_legacy.training.checkpoint import ModelSaver, atomic_write_text, checkpoints_to_keep
+from clipbert_legacy.training.checkpoint_files import ModelSaver, atomic_write_text, checkpoints_to_keep
 from clipbert_legacy.training.contracts import Hook
 from clipbert_legacy.training.metrics_log import MetricsLog, read_metrics
 from clipbert_legacy.training.run_state import ValidationRecord

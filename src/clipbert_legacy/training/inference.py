@@ -8,7 +8,7 @@ from the given config, the file is loaded (every model key must be in it), and r
 ClipBERT's inference overwrote every current option with the stored ``log/args.json`` value except
 keys containing ``inference`` (so CLI ``score_agg_func``/``fps``/``num_frm`` were silently lost) and
 named the result directory before that merge. Here only the model-defining keys
-(:data:`clipbert_legacy.config.MODEL_KEYS`) come from the stored run, ``model_config`` from
+(:func:`clipbert_legacy.config.model_keys`) come from the stored run, ``model_config`` from
 ``log/model_config.json``, and the result directory is named from the final settings.
 """
 import json
@@ -18,7 +18,7 @@ import tempfile
 
 import clipbert_legacy.compat.hvd as hvd
 from clipbert_legacy.config import apply_stored_model_config
-from clipbert_legacy.training.checkpoint import load_model_weights, model_step_path, saved_model_steps
+from clipbert_legacy.training.checkpoint_files import load_model_weights, model_step_path, saved_model_steps
 from clipbert_legacy.utils.device import training_device
 from clipbert_legacy.utils.errors import CheckpointError, UnsafeFileError, one_line, write_error
 from clipbert_legacy.utils.safe_load import torch_load

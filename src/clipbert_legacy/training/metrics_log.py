@@ -13,7 +13,7 @@ import math
 import os
 import time
 
-from clipbert_legacy.training.checkpoint import atomic_write_text
+from clipbert_legacy.training.checkpoint_files import atomic_write_text
 from clipbert_legacy.utils.errors import RunDirError, write_error
 from clipbert_legacy.utils.safe_open import open_inside
 

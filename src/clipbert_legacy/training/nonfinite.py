@@ -2,15 +2,14 @@
 
 A non-finite loss stops training before the optimizer step (under amp's dynamic loss scaling only after
 a streak of them: amp skips such steps itself; ``clipbert_legacy.training.step.Diverged``); every rank sees
-the same
-allreduced count, so all stop together. A run that reaches its last step with non-finite weights has
+the same allreduced count, so all stop together. A run that reaches its last step with non-finite weights has
 failed too and says so.
 """
 from __future__ import annotations
 
 import logging
 
-from clipbert_legacy.training.checkpoint import ModelSaver
+from clipbert_legacy.training.checkpoint_files import ModelSaver
 from clipbert_legacy.utils.errors import UserError
 
 logger = logging.getLogger(__name__)

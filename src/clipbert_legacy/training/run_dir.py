@@ -35,9 +35,9 @@ import sys
 import time
 
 import clipbert_legacy.compat.hvd as hvd
-from clipbert_legacy.config.stored import runtime_keys
+from clipbert_legacy.config.tasks import runtime_keys
 from clipbert_legacy.training.batch_size_finder import FOUND_KEYS
-from clipbert_legacy.training.checkpoint import model_step_path
+from clipbert_legacy.training.checkpoint_files import model_step_path
 from clipbert_legacy.training.metrics_log import read_metrics
 from clipbert_legacy.training.plan import CLIPBERT_DERIVED_KEYS
 from clipbert_legacy.utils.errors import RunDirError, UnsafeFileError

@@ -47,8 +47,7 @@ class Task:
 
     ``main_metric``: key of :meth:`evaluate`'s (flattened) result used for the best checkpoint and
     early stopping when ``cfg.best_metric`` is unset. ``spec`` (a :class:`~clipbert_legacy.config.TaskSpec`)
-    and
-    ``name = spec.name``: the task's options and its registered name (clipbert_legacy.tasks.registry).
+    and ``name = spec.name``: the task's options and its registered name (clipbert_legacy.tasks.registry).
     """
 
     main_metric = "loss"

@@ -20,8 +20,7 @@ the same whatever the order, so both stages give bit-equal weights to the unshar
 ranks gloo/NCCL may add in another order for a reduce than for an allreduce (last-bit differences).
 
 amp O2's overflow flag is already all-reduced (``clipbert_legacy.compat.amp._overflow``); every parameter has
-one
-owner, so every rank sees the same decision as an unsharded run and the loss scales stay equal.
+one owner, so every rank sees the same decision as an unsharded run and the loss scales stay equal.
 
 The restore file keeps the unsharded layout: the optimizer state and the O2 masters are gathered on
 save (``full_state_dict``, ``full_masters``) and cut to this rank's shard on load, so a restore file
@@ -45,7 +44,7 @@ from clipbert_legacy.optimization.sharding import (
     shard_param_groups,
     shard_state_dict,
 )
-from clipbert_legacy.training.checkpoint import fp32_state_dict
+from clipbert_legacy.training.checkpoint_files import fp32_state_dict
 from clipbert_legacy.training.elastic import horovod_elastic
 from clipbert_legacy.utils.distributed import allgather_with_tensors
 

@@ -38,8 +38,7 @@ def check_shared_memory(num_workers, shm_dir=SHM_DIR, min_mb=None):
 def loader_settings(cfg, device) -> dict:
     """The DataLoader keyword arguments every loader of a run takes from the config: workers
     (``n_workers``, see ``clipbert_legacy.utils.device.num_workers``), their timeout, and ``pin_memory``
-    (``pin_mem``,
-    only when the batches go to a CUDA device)."""
+    (``pin_mem``, only when the batches go to a CUDA device)."""
     from clipbert_legacy.utils.device import num_workers
     return {"pin_memory": bool(cfg.pin_mem) and torch.device(device).type == "cuda",
             **worker_settings(num_workers(cfg.n_workers))}

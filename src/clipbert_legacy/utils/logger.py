@@ -2,8 +2,7 @@
 
 ``LOGGER`` and ``TB_LOGGER`` are ClipBERT-compatible names, kept at ClipBERT's import path for users'
 scripts (``from clipbert_legacy.utils.logger import LOGGER, TB_LOGGER``); this project's code uses module
-loggers
-and :func:`make_tb_logger` instead.
+loggers and :func:`make_tb_logger` instead.
 """
 import logging
 import math

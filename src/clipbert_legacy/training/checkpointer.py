@@ -27,7 +27,7 @@ import logging
 import torch
 
 import clipbert_legacy.compat.hvd as hvd
-from clipbert_legacy.training.checkpoint import all_finite, fp32_state_dict
+from clipbert_legacy.training.checkpoint_files import all_finite, fp32_state_dict
 from clipbert_legacy.utils.misc import get_rng_states, set_random_seed, set_rng_states
 
 logger = logging.getLogger(__name__)

@@ -1,1 +1,0 @@
-"""clipbert-legacy: tasks package."""

@@ -1,1 +1,0 @@
-"""The shared training engine (see engine.py), checkpoints, resumable data order, inference helpers."""

@@ -1,1 +1,0 @@
-"""clipbert-legacy: utils package."""
