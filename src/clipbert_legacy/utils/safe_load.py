@@ -50,15 +50,17 @@ __all__ = ["torch_load", "load_pickle_weights", "check_torch_archive", "check_tr
 MAX_TREE_NODES = 5_000_000
 """Nodes (containers, keys and values) a loaded object may have when every shared part is counted once per
 place it appears, i.e. what a walk through it visits. A restore file of BERT-base with its AdamW state
-has about 2,000; the weights files of this project's models a few hundred per array."""
+has a few thousand; a file of weights two per array."""
 MAX_TREE_DEPTH = 64
 """Nesting a loaded object may have (a restore file has 5 levels)."""
 MAX_PICKLE_OPS = 2_000_000
 """Opcodes a ``.pkl`` of weights may have (a detectron2 R-101 file has about 20 per array: 20,000 in all)
 so the objects it builds stay bounded (an empty list per opcode would otherwise cost ~60x the file)."""
-MAX_PICKLE_RECORD = 64 * 2 ** 20
-"""Size of the pickle record (``<archive>/data.pkl``) of a torch zip archive: it holds the structure,
-the tensors are records of their own (a restore file of BERT-base: 60 KB)."""
+MAX_PICKLE_RECORD = 16 * 2 ** 20
+"""Size of the pickle record (``<archive>/data.pkl``) of a torch zip archive: it holds the structure, the
+tensors are records of their own (a restore file of BERT-base with its AdamW state: 83 KB, so 16 MB fits
+~40,000 parameter tensors). torch's weights-only unpickler builds at most ~30 bytes of objects per byte of it
+(an empty list per two bytes), and the node walk then bounds what anything else does with them."""
 
 MAX_PICKLE_BYTES = 4 * 2 ** 30
 """A ``.pkl`` is read whole into memory (about twice its size at the peak). The weights of the models this
