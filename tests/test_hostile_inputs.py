@@ -71,7 +71,7 @@ def test_a_shared_structure_restore_file_is_refused(tmp_path):
     hf.write_shared_restore(ckpt / "restore.pt")
     assert (ckpt / "restore.pt").stat().st_size < 4000
     lines = refusals(bounded(f"""
-        from clipbert_legacy.training.checkpoint import TrainingRestorer
+        from clipbert_legacy.training.checkpoint_files import TrainingRestorer
         refusal(TrainingRestorer({str(ckpt)!r}).load)"""))
     want = f"UnsafeFileError: {ckpt}/restore.pt was refused: it holds a structure of more than 5,000,000"
     assert len(lines) == 1 and lines[0].startswith(want), lines
@@ -92,7 +92,7 @@ def test_an_archive_zipfile_cannot_parse_is_never_given_to_torch(tmp_path, defla
         (tmp_path / "ckpt").mkdir()
         target = tmp_path / "ckpt" / "restore.pt"
         os.link(deflated_archive, target)
-        call = ("from clipbert_legacy.training.checkpoint import TrainingRestorer\n"
+        call = ("from clipbert_legacy.training.checkpoint_files import TrainingRestorer\n"
                 f"refusal(TrainingRestorer({str(target.parent)!r}).load)")
     else:
         target = deflated_archive
@@ -121,7 +121,7 @@ def test_run_files_linked_to_a_device_are_refused(tmp_path, device):
     (ckpt / "model_step_1.pt").symlink_to(device)
     (tmp_path / "weights.pt").symlink_to(device)
     lines = refusals(bounded(f"""
-        from clipbert_legacy.training.checkpoint import TrainingRestorer
+        from clipbert_legacy.training.checkpoint_files import TrainingRestorer
         from clipbert_legacy.utils.safe_load import torch_load
         from clipbert_legacy.utils.load_save import load_state_dict_file
         refusal(TrainingRestorer({str(ckpt)!r}).load)
@@ -141,7 +141,7 @@ def test_a_fifo_as_restore_file_is_refused_without_blocking(tmp_path):
     ckpt.mkdir()
     os.mkfifo(ckpt / "restore.pt")
     lines = refusals(bounded(f"""
-        from clipbert_legacy.training.checkpoint import TrainingRestorer
+        from clipbert_legacy.training.checkpoint_files import TrainingRestorer
         refusal(TrainingRestorer({str(ckpt)!r}).load)""", timeout=60))
     want = (f"UnsafeFileError: {ckpt}/restore.pt was refused: it is a FIFO (named pipe), not a regular file "
             f"(reading it could block or never end); give the path of the file itself")
