@@ -225,8 +225,8 @@ def test_a_restore_file_of_an_earlier_version_keeps_early_stoppings_patience(tmp
     assert Trainer(cfg, ToyTask(metric_curve=curve.get)).train()["global_step"] == 5
     ckpt = tmp_path / "ckpt"
     old = torch.load(ckpt / "restore_backup.pt", weights_only=True)  # step 4
-    assert old["global_step"] == 4 and old["hooks"] == {"EarlyStopping": {"bad_validations": 1,
-                                                                           "patience_ref": 3.0}}
+    assert old["global_step"] == 4 and old["hooks"]["EarlyStopping"] == {"bad_validations": 1,
+                                                                          "patience_ref": 3.0}
     old["best"].update(bad_validations=1, patience_ref=3.0)  # the earlier layout
     del old["hooks"]
     torch.save(old, ckpt / "restore.pt")
@@ -263,3 +263,106 @@ def test_the_elastic_commit_comes_after_the_end_of_the_step(tmp_path):
     trainer.train()
     assert trainer.global_step == 8 and trainer.checkpointer.restore_every == (2,)
     assert commits == [(2, 2, 2), (4, 4, 4), (6, 6, 6)]
+
+
+# ------------------------------------------------------------------------ the trainer's surface for hooks
+def _hook_classes_and_trainer_reads():
+    """Every Hook subclass of the project (src/) with the ``trainer.X`` names its methods read."""
+    import ast
+    from pathlib import Path
+    pkg = Path(__file__).resolve().parents[1] / "src" / "clipbert_legacy"
+    found = {}
+    for f in sorted(pkg.rglob("*.py")):
+        for cls in (n for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.ClassDef)):
+            if not any(getattr(b, "id", getattr(b, "attr", None)) == "Hook" for b in cls.bases):
+                continue
+            reads = {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute)
+                     and isinstance(n.value, ast.Name) and n.value.id == "trainer"}
+            found[f"{f.relative_to(pkg)}:{cls.name}"] = reads
+    return found
+
+
+def test_hooks_read_the_trainer_only_through_the_trainer_view(tmp_path):
+    """TrainerView is the real surface: each name a project hook reads on the trainer is declared there,
+    and the Trainer provides each name the view declares."""
+    import typing
+
+    from clipbert_legacy.training.contracts import TrainerView
+    view = set(typing.get_type_hints(TrainerView, localns={"Config": object, "RunState": object,
+                                                           "EventRecord": object})) \
+        | {n for n in vars(TrainerView) if not n.startswith("_")}
+    hooks = _hook_classes_and_trainer_reads()
+    assert len(hooks) >= 7, hooks  # the 4 default hooks, the profiler, elastic commit, the bad-video hook
+    outside = {name: sorted(reads - view) for name, reads in hooks.items() if reads - view}
+    assert not outside, f"hooks read names TrainerView does not declare: {outside}"
+    trainer = Trainer(toy_cfg(tmp_path), ToyTask())  # properties of the parts need a built trainer
+    trainer.setup()
+    missing = [n for n in sorted(view) if not hasattr(trainer, n)]
+    assert not missing, f"TrainerView declares names the Trainer lacks: {missing}"
+
+
+class _Counting(Hook):
+    def __init__(self):
+        self.n = 0
+
+    def after_step(self, trainer, result):
+        self.n += 1
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.n = state["n"]
+
+
+def test_two_hooks_keeping_state_under_one_key_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="_Counting and _Counting both keep their saved state under "
+                                         "state_key '_Counting': override state_key on one"):
+        Trainer(toy_cfg(tmp_path), ToyTask(), hooks=[_Counting(), _Counting()])
+    renamed = type("_CountingB", (_Counting,), {"state_key": property(lambda self: "second")})()
+    Trainer(toy_cfg(tmp_path), ToyTask(), hooks=[_Counting(), renamed])  # the fix the message names
+    Trainer(toy_cfg(tmp_path), ToyTask(), hooks=[Recorder("a", []), Recorder("b", [])])  # no state: fine
+
+
+def test_saved_state_no_hook_claims_is_a_warning_that_names_it(tmp_path, caplog):
+    cfg = toy_cfg(tmp_path, num_train_epochs=1)
+    counting = _Counting()
+    Trainer(cfg, ToyTask(), hooks=[counting]).train()
+    assert counting.n == 8
+    resumed = toy_cfg(tmp_path, num_train_epochs=2, existing_run="extend")
+    with caplog.at_level("WARNING"):
+        Trainer(resumed, ToyTask(), hooks=[]).train()
+    text = caplog.text
+    assert "the saved state of hook(s) _Counting is not claimed by any hook of this run" in text
+    assert "it is dropped" in text
+
+
+def test_step_checkpoints_rank_a_resumed_runs_files_from_their_saved_state(tmp_path):
+    """The ranking of keep_top_k is the hook's own saved state: a run that crashed after step 8 and resumes
+    with log/metrics.jsonl gone keeps the same files as an uninterrupted run (step 4, the best of the
+    first part, survives)."""
+    import torch
+
+    curve = {2: 1.0, 4: 9.0, 6: 3.0, 8: 2.0, 10: 4.0, 12: 8.0, 14: 5.0, 16: 6.0}
+
+    class CrashAfterStep8(Hook):
+        def before_step(self, trainer):
+            if trainer.global_step == 8:
+                raise RuntimeError("crash")
+
+    def run(out, hooks=()):
+        cfg = toy_cfg(out, num_valid=8, best_metric="score", keep_last_k=2, keep_top_k=2)
+        return Trainer(cfg, ToyTask(metric_curve=curve.get), hooks=list(hooks)).train()
+
+    run(tmp_path / "whole")
+    with pytest.raises(RuntimeError, match="crash"):
+        run(tmp_path / "parts", hooks=[CrashAfterStep8()])
+    restore = torch.load(tmp_path / "parts" / "ckpt" / "restore.pt", weights_only=True)
+    assert restore["global_step"] == 8
+    assert restore["hooks"]["StepCheckpoints"]["history"]["4"]["score"] == 9.0
+    (tmp_path / "parts" / "log" / "metrics.jsonl").unlink()
+    assert run(tmp_path / "parts")["global_step"] == 16
+
+    def kept(out):
+        return sorted(int(p.stem.split("_")[-1]) for p in (out / "ckpt").glob("model_step_*.pt"))
+    assert kept(tmp_path / "whole") == kept(tmp_path / "parts") == [4, 12, 14, 16]

@@ -74,12 +74,19 @@ def _string_tuples(path):
 def test_no_other_module_spells_an_owned_list_again():
     """Each owned list is written once in src/ (its owner's line); a second literal copy is the drift
     this file is about."""
-    from clipbert_legacy.config.options import DECAYS, FRAME_SAMPLING_STRATEGIES, MC_QA, OPEN_ENDED_QA
+    from clipbert_legacy.config.options import (
+        DECAYS,
+        FRAME_SAMPLING_STRATEGIES,
+        IMG_RESIZE_MODES,
+        MC_QA,
+        OPEN_ENDED_QA,
+    )
     from clipbert_legacy.evaluation.qa import QA_ANSWER_TYPES
     from clipbert_legacy.training.batch_size_finder import FOUND_KEYS
     from clipbert_legacy.training.plan import CLIPBERT_DERIVED_KEYS
     pkg, options = "src/clipbert_legacy", "src/clipbert_legacy/config/options.py"
     owned = {DECAYS: options, FRAME_SAMPLING_STRATEGIES: options, MC_QA: options, OPEN_ENDED_QA: options,
+             IMG_RESIZE_MODES: options,
              FOUND_KEYS: f"{pkg}/training/batch_size_finder.py",
              CLIPBERT_DERIVED_KEYS: f"{pkg}/training/plan.py",
              **dict.fromkeys(QA_ANSWER_TYPES.values(), f"{pkg}/evaluation/qa.py")}
@@ -104,3 +111,15 @@ def test_the_plot_draws_the_curves_the_tasks_name():
     assert {cls.main_metric for cls in load_builtin_tasks()} <= set(names)
     assert set(names) == {"text2video_r1", "video2text_r1", "rsum", "mc_accuracy", "overall_acc", "loss"}
     assert not [v for v, _ in _string_tuples(REPO / "tools" / "plot.py") if "overall_acc" in v]
+
+
+def test_the_frame_pixel_limit_is_written_once():
+    """``max_frame_pixels``' default (8K UHD) has one owner, config.options; the decoder, the datasets and
+    the option read it from there."""
+    from clipbert_legacy.config.options import MAX_FRAME_PIXELS
+    from clipbert_legacy.datasets import dataset_base, dataset_vqa, decoder
+    written = [f"{f.relative_to(REPO)}" for f in sorted((REPO / "src").rglob("*.py"))
+               if "7680 * 4320" in f.read_text() or "33177600" in f.read_text()]
+    assert written == ["src/clipbert_legacy/config/options.py"], written
+    assert decoder.MAX_FRAME_PIXELS is dataset_base.MAX_FRAME_PIXELS is dataset_vqa.MAX_FRAME_PIXELS
+    assert MAX_FRAME_PIXELS == 7680 * 4320

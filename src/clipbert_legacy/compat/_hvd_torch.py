@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from clipbert_legacy.compat import _hvd_torch_sets as sets
-from clipbert_legacy.compat import _peer_watchdog
+from clipbert_legacy.compat import _peer_watchdog, launcher_env
 from clipbert_legacy.compat._hvd_process_sets import global_process_set
 from clipbert_legacy.compat._hvd_torch_autograd import (  # noqa: F401 (the backend's API)
     allgather,
@@ -70,11 +70,12 @@ _S = {"rank": 0, "size": 1, "local_rank": 0, "local_size": 1, "group": False, "d
 def init(comm=None, process_sets=None):
     if comm is not None:
         raise ValueError("hvd.init(comm=...) takes an MPI communicator; the torch backend has no MPI")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    _S["rank"] = int(os.environ.get("RANK", "0"))
+    proc = launcher_env.torchrun_process()
+    world = proc.world
+    _S["rank"] = proc.rank
     _S["size"] = world
-    _S["local_rank"] = int(os.environ.get("LOCAL_RANK", "0"))
-    _S["local_size"] = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    _S["local_rank"] = proc.local_rank
+    _S["local_size"] = proc.local_size
     if world > 1 and not dist.is_initialized():
         use_nccl = torch.cuda.is_available() and os.environ.get("DIST_TORCH_BACKEND", "") != "gloo"
         if use_nccl:
@@ -96,7 +97,7 @@ def init(comm=None, process_sets=None):
 
 def _restarted():
     """This worker was started by ``torchrun --max-restarts`` after a failure (round > 0)."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+    return launcher_env.torchrun_restart_count() > 0
 
 
 def _restart_safe_store(world, timeout):
@@ -105,12 +106,12 @@ def _restart_safe_store(world, timeout):
     "connectFullMesh failed ... Connection refused", seen in about half of the restarts here); so can
     a second ``hvd.init()`` after ``hvd.shutdown()`` in one process (it waited forever). Keys of restart
     round ``n`` > 0, or of a re-initialisation, go under their own prefix; a first init: the default."""
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or "0"
+    restart = launcher_env.torchrun_restart_count()
     reinit = _S["generation"] > 0
-    if not reinit and (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not _restarted()):
+    if not reinit and (not launcher_env.torchrun_agent_store() or not _restarted()):
         return {}
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
-                          timeout=timeout)
+    addr, port = launcher_env.store_address()
+    store = dist.TCPStore(addr, port, world, is_master=False, timeout=timeout)
     prefix = f"clipbert/restart_{restart}" + (f"/init_{_S['generation']}" if reinit else "")
     return {"store": dist.PrefixStore(prefix, store), "rank": _S["rank"], "world_size": world}
 

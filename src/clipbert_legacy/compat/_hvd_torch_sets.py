@@ -10,12 +10,12 @@ registers every set, members or not, in the same order (Horovod's rule for ``add
 from __future__ import annotations
 
 import datetime
-import os
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from clipbert_legacy.compat import launcher_env
 from clipbert_legacy.compat._hvd_process_sets import ProcessSet, global_process_set
 from clipbert_legacy.compat._hvd_torch_controller import Controller, LocalController
 from clipbert_legacy.compat._hvd_torch_exec import Place, execute
@@ -58,14 +58,13 @@ def negotiated_backend() -> str:
 
 
 def _store() -> Any:
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                         timeout=_STORE_WAIT)
+    addr, port = launcher_env.store_address()
+    return dist.TCPStore(addr, port, is_master=False, timeout=_STORE_WAIT)
 
 
 def start(rank: int, size: int, generation: int, fused_device: str) -> None:
     """Register the global set (called by ``init``, after the default group exists)."""
-    run = (f"{os.environ.get('TORCHELASTIC_RUN_ID', 'none')}/"
-           f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}")
+    run = f"{launcher_env.torchrun_run_id()}/{launcher_env.torchrun_restart_count()}"
     _S.update(sets={}, next_id=1, prefix=f"clipbert/hvd/{run}/{generation}/", rank=rank, size=size,
               device=fused_device)
     ranks = list(range(size))

@@ -37,6 +37,7 @@ import time
 
 import torch.distributed as dist
 
+from clipbert_legacy.compat import launcher_env
 from clipbert_legacy.compat._store_auth import identity, is_job_process, parse_int, warn_once
 
 _W = {"store": None, "rank": 0, "thread": None, "stop": threading.Event(), "prefix": "", "busy": 0}
@@ -65,13 +66,12 @@ def start(rank: int, world: int) -> bool:
     """Start the watchdog thread for this rank (torch backend, several processes). Returns whether it
     runs: off with ``DIST_PEER_TIMEOUT_S=0`` or without a launcher store address."""
     timeout = peer_timeout()
-    if timeout <= 0 or world < 2 or "MASTER_ADDR" not in os.environ or _W["thread"] is not None:
+    address = launcher_env.store_address()
+    if timeout <= 0 or world < 2 or address is None or _W["thread"] is not None:
         return False
     interval = min(5.0, max(0.2, timeout / 12))
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=datetime.timedelta(seconds=max(10.0, timeout)))
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    prefix = f"clipbert/watchdog/{run_id}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+    store = dist.TCPStore(*address, is_master=False, timeout=datetime.timedelta(seconds=max(10.0, timeout)))
+    prefix = f"clipbert/watchdog/{launcher_env.torchrun_run_id()}/{launcher_env.torchrun_restart_count()}/"
     store.set(f"{prefix}who{rank}", identity())  # host, pid, start time: what a kill is checked against
     _W.update(store=store, rank=rank, prefix=prefix, busy=0)
     _W["stop"].clear()

@@ -29,10 +29,11 @@ import logging
 import os
 import socket
 
+from clipbert_legacy.compat import launcher_env
+
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "CLIPBERT_JOB_TOKEN"
-_LAUNCHER_ENV = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
 _warned: set[str] = set()
 
 
@@ -138,5 +139,6 @@ def is_job_process(pid: int, registered_start: int | None) -> tuple[bool, str]:
     if token:
         ok = hmac.compare_digest(env.get(TOKEN_ENV, ""), token)
     else:
-        ok = all(env.get(k) == os.environ.get(k) and os.environ.get(k) for k in _LAUNCHER_ENV)
+        ours = launcher_env.job_identity()
+        ok = bool(ours) and all(env.get(k) == v for k, v in ours.items())
     return (True, "") if ok else (False, "its environment does not hold this job's token")

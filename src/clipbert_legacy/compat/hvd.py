@@ -39,6 +39,7 @@ import logging
 import os
 from typing import Any
 
+from clipbert_legacy.compat import launcher_env
 from clipbert_legacy.compat._compression import Compression, Compressor
 from clipbert_legacy.compat._hvd_api import (
     Adasum,
@@ -134,9 +135,7 @@ def _resolve_backend() -> str:
     name = STATE["requested"] or os.environ.get("DIST_BACKEND", "auto") or "auto"
     if name not in BACKENDS:
         raise ValueError(f"DIST_BACKEND={name!r} is not one of {'|'.join(BACKENDS)}")
-    under_horovodrun = "HOROVOD_RANK" in os.environ
-    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ or (
-        "WORLD_SIZE" in os.environ and "RANK" in os.environ and not under_horovodrun)
+    under_horovodrun, under_torchrun = launcher_env.under_horovodrun(), launcher_env.under_torchrun()
     if name == "auto":
         if under_horovodrun:
             name = "horovod"

@@ -17,6 +17,8 @@ DECAYS = ("linear", "invsqrt", "constant", "multi_step", "cosine")
 FRAME_SAMPLING_STRATEGIES = ("rand", "uniform", "start", "middle", "end")
 """Which frames of a clip are taken (``clipbert_legacy.datasets.decoder`` implements them)."""
 OPEN_ENDED_QA = ("frameqa", "msrvtt_qa")  # answers are labels of ans2label
+IMG_RESIZE_MODES = ("exact", "uint8")  # ``img_resize``: ClipBERT's float values, or torch's uint8 resize
+MAX_FRAME_PIXELS = 7680 * 4320  # ``max_frame_pixels``' default (8K UHD), as Pillow's MAX_IMAGE_PIXELS
 MC_QA = ("action", "transition")  # 5 candidate answers per question
 QA_TASKS = OPEN_ENDED_QA + MC_QA
 """The video QA sub-tasks (option ``task``; ``clipbert_legacy.datasets.dataset_video_qa`` reads them)."""
@@ -111,13 +113,13 @@ SHARED_OPTIONS = [
       group="product", runtime=True),
     O("min_video_frames", int, 2, "a video with fewer frames is bad ('too_short': a still is no video)",
       min=1, group="product"),
-    O("max_frame_pixels", int, 7680 * 4320, "a video or image whose frames have more pixels (width x "
+    O("max_frame_pixels", int, MAX_FRAME_PIXELS, "a video or image whose frames have more pixels (width x "
       "height, read from the header before decoding) is bad ('too_large'); default 8K UHD; 0: no limit",
       min=0, group="product"),
     O("img_resize", str, "exact", "exact: ClipBERT's float resize/pad, bit for bit, float32 batches; uint8: "
       "torch's uint8 resize (pixels within one level of exact), uint8 batches (4x fewer bytes from the "
       "workers), made float and normalised on the device (docs/benchmarks_loader.md)",
-      choices=("exact", "uint8"), group="product"),
+      choices=IMG_RESIZE_MODES, group="product"),
     O("bf16", bool, False, "bfloat16 autocast (no loss scaling); exclusive with fp16", group="product"),
     O("early_stop_patience", int, -1, "stop after this many validations without improvement; -1 off",
       group="product"),

@@ -7,8 +7,8 @@ from collections import Counter
 import torch
 from torch.utils.data import Dataset
 
+from clipbert_legacy.config.options import MAX_FRAME_PIXELS
 from clipbert_legacy.datasets.decoder import (
-    MAX_FRAME_PIXELS,
     SAMPLING_STRATEGIES,
     VideoDecodeError,
     decode_clip,
@@ -16,7 +16,7 @@ from clipbert_legacy.datasets.decoder import (
     open_container,
     strategy_to_clip,
 )
-from clipbert_legacy.datasets.image_ops import IMG_RESIZE_MODES, PaddedFrames
+from clipbert_legacy.datasets.image_ops import PaddedFrames
 from clipbert_legacy.datasets.lmdb_store import LMDBStore
 from clipbert_legacy.utils.errors import UserError
 
@@ -179,8 +179,6 @@ class VideoDatasetBase(BadVideoLog, Dataset):
                              f"{SAMPLING_STRATEGIES}")
         if clip_mode not in ("strategy", "uniform"):
             raise ValueError(f"clip_mode={clip_mode!r} must be 'strategy' or 'uniform'")
-        if img_resize not in IMG_RESIZE_MODES:
-            raise ValueError(f"img_resize={img_resize!r} must be one of {IMG_RESIZE_MODES}")
         if int(n_clips) < 1 or int(num_frm) < 1 or float(fps) <= 0:
             raise ValueError(f"need n_clips >= 1, num_frm >= 1, fps > 0; got {n_clips}, {num_frm}, {fps}")
         self.datalist = datalist

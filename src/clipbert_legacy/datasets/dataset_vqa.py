@@ -16,10 +16,11 @@ from collections import Counter
 
 import torch
 
+from clipbert_legacy.config.options import MAX_FRAME_PIXELS
 from clipbert_legacy.datasets.collate import CollatorBase, stack_visual, tokenize
 from clipbert_legacy.datasets.data_utils import flat_list_of_lists
 from clipbert_legacy.datasets.dataset_base import VideoDatasetBase
-from clipbert_legacy.datasets.decoder import MAX_FRAME_PIXELS, VideoDecodeError
+from clipbert_legacy.datasets.decoder import VideoDecodeError
 
 logger = logging.getLogger(__name__)
 

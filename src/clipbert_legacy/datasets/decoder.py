@@ -41,6 +41,7 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from clipbert_legacy.config.options import FRAME_SAMPLING_STRATEGIES as SAMPLING_STRATEGIES
+from clipbert_legacy.config.options import MAX_FRAME_PIXELS
 from clipbert_legacy.datasets.mp4_claims import ImplausibleIndex, check_sample_tables
 from clipbert_legacy.datasets.packet_window import (
     SEEK_MARGIN,
@@ -50,7 +51,6 @@ from clipbert_legacy.datasets.packet_window import (
     tail_max_pts,
 )
 
-MAX_FRAME_PIXELS = 7680 * 4320  # default limit (8K UHD), as Pillow's MAX_IMAGE_PIXELS for images
 WINDOW_KEEP_BYTES = 64 * 2 ** 20  # decoded frames a window keeps before it re-decodes for the picks
 _THREE_CLIPS = ("start", "middle", "end")
 

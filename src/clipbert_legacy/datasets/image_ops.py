@@ -14,7 +14,7 @@ the exact ones by about one level at most, see docs/benchmarks_loader.md).
 import torch
 import torch.nn.functional as F
 
-IMG_RESIZE_MODES = ("exact", "uint8")
+from clipbert_legacy.config.options import IMG_RESIZE_MODES
 
 
 def get_resize_size(image, max_size):
@@ -108,11 +108,6 @@ def resize_and_pad(frames, max_img_size, img_resize="exact"):
     return PaddedFrames(frames, max_img_size, img_resize).tensor()
 
 
-def _check_mode(img_resize):
-    if img_resize not in IMG_RESIZE_MODES:
-        raise ValueError(f"img_resize={img_resize!r} must be one of {IMG_RESIZE_MODES}")
-
-
 def write_resized(out, frames, max_img_size, img_resize="exact"):
     """Resize (T, 3, H, W) frames so the longer side is `max_img_size` and write them, zero-padded
     right and bottom, into `out` (T, 3, max, max) (ClipBERT's steps 3-5; any strides on both sides).
@@ -121,9 +116,9 @@ def write_resized(out, frames, max_img_size, img_resize="exact"):
     gives the same values on a channels-last input (tests/test_image_ops.py checks it on this machine)
     and runs twice as fast there; one frame at a time, so the temporaries stay small (a fresh 30 MB
     tensor per video page-faults on every write). "uint8": torch's uint8 bilinear kernel (fixed-point
-    weights, rounded: at most about one level from the exact values), 3-4x faster again.
+    weights, rounded: at most about one level from the exact values), 3-4x faster again. The mode is
+    :class:`PaddedFrames`' (which checks it); anything but "uint8" is "exact" here.
     """
-    _check_mode(img_resize)
     h, w = get_resize_size(frames, max_img_size)
     same = tuple(frames.shape[-2:]) == (h, w)
     out[..., h:, :].zero_()
@@ -151,7 +146,8 @@ class PaddedFrames:
     """
 
     def __init__(self, frames, size, img_resize="exact"):
-        _check_mode(img_resize)
+        if img_resize not in IMG_RESIZE_MODES:  # the one check past the config's choices: every item is one
+            raise ValueError(f"img_resize={img_resize!r} must be one of {IMG_RESIZE_MODES}")
         if frames.dim() != 4 or frames.shape[1] != 3:
             raise ValueError(f"frames must be (T, 3, H, W), got shape {tuple(frames.shape)}")
         self.frames, self.size, self.img_resize = frames, int(size), img_resize

@@ -12,7 +12,7 @@ class LastEpochBadVideos(Hook):
     """Logs the bad-video summary of the last, partly read epoch (full epochs report at their end)."""
 
     def after_train(self, trainer, _summary):
-        dataset = getattr(trainer.loader, "dataset", None)
+        dataset = trainer.train_dataset
         if trainer.state.examples_in_epoch and hasattr(dataset, "bad_video_report"):
             dataset.bad_video_report(reset=True, log=True)
 

@@ -4,6 +4,8 @@ import os
 
 import torch
 
+from clipbert_legacy.compat.launcher_env import local_size
+
 logger = logging.getLogger(__name__)
 
 
@@ -12,10 +14,9 @@ def limit_cpu_threads():
     its share of the cores (torch would start one thread per core in every process)."""
     if os.environ.get("OMP_NUM_THREADS"):
         return
-    for key in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
-        if os.environ.get(key, "").isdigit() and int(os.environ[key]) > 1:
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ[key])))
-            return
+    local = local_size()
+    if local > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
 
 
 def batch_scheduling(enabled):

@@ -14,6 +14,7 @@ rank (ClipBERT mixed int and str keys and its accuracy assert failed on several 
 """
 import logging
 import sys
+from typing import NoReturn
 
 import clipbert_legacy.compat.hvd as hvd
 from clipbert_legacy.config.options import MSRVTT_MC
@@ -37,11 +38,11 @@ class MSRVTTMCTask(ClipBertTask):
     def build_head(self, cfg):
         return retrieval_head(cfg)
 
-    def build_train_data(self, _cfg):
+    def build_train_data(self, _cfg) -> NoReturn:
         raise ValueError("msrvtt_mc is inference only: train with src/tasks/run_video_retrieval.py and "
                          "run this with --do_inference 1 on that run's output_dir")
 
-    def evaluate(self, _model, _cfg, _global_step):
+    def evaluate(self, _model, _cfg, _global_step) -> NoReturn:
         raise ValueError("msrvtt_mc is inference only (use --do_inference 1)")
 
     def predict(self, model, loader, cfg):

@@ -11,6 +11,7 @@ picks the best checkpoint. A checkpoint fine-tunes any task: ``--e2e_weights_pat
 (the pretraining heads are left out, the task's classifier starts fresh; the load table lists both).
 """
 import sys
+from typing import NoReturn
 
 import torch
 
@@ -53,7 +54,7 @@ class PretrainTask(ClipBertTask):
         overall = _rates(total, unwrap_model(model))
         return {**overall, "loss": overall.get("mlm_loss", 0.0) + overall.get("itm_loss", 0.0), **metrics}
 
-    def run_inference(self, _cfg):
+    def run_inference(self, _cfg) -> NoReturn:
         raise ValueError("pretraining has no inference step: fine-tune from a checkpoint "
                          "(--e2e_weights_path OUTPUT/ckpt/model_best.pt) or evaluate its validation")
 

@@ -14,19 +14,24 @@ recipe ``setup()``), into one frozen :class:`Components`.
     -> the checkpointer
 
 Nothing in :class:`Components` is replaced after it is built, and no code outside this module assigns
-a trainer attribute or a config value: a change of the world (Horovod elastic) is an explicit
-:func:`rebuild`, and accepting a run (its files, rank 0's writers) is :func:`accept_run`; both return new
-Components holding the same model and optimizer. The engine (``clipbert_legacy.training.engine``) runs the
-loop.
+a trainer attribute or a training config value (two places fill a config before this: the config layer
+derives keys while it parses, and inference's ``prepare_inference_config`` sets ``output_dir``,
+``model_config`` and ``inference_model_step`` of an inference config; ``tests/test_engine_build.py``
+exempts exactly these). A change of the world (Horovod elastic) is an explicit :func:`rebuild`, and
+accepting a run (its files, rank 0's writers) is :func:`accept_run`, which every run goes through; both
+return new Components holding the same model and optimizer. The engine
+(``clipbert_legacy.training.engine``) runs the loop.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import torch
+from torch.utils.data import Dataset, Sampler
 
 import clipbert_legacy.compat.hvd as hvd
 from clipbert_legacy.config import Config
@@ -37,12 +42,12 @@ from clipbert_legacy.training.data import MetaSampler, ResumableDistributedSampl
 from clipbert_legacy.training.elastic import check_horovod_backend, horovod_elastic, torchrun_restarts
 from clipbert_legacy.training.events import LogLines, MetricsJsonl, ProgressBar, TensorBoard, Writer
 from clipbert_legacy.training.plan import RunPlan
-from clipbert_legacy.training.precision import build_precision
+from clipbert_legacy.training.precision import FullPrecision, build_precision
 from clipbert_legacy.training.run_dir import RunDirectory, check_same_restore_state
 from clipbert_legacy.training.run_state import RunState
 from clipbert_legacy.training.step import TimedBatches, run_step
 from clipbert_legacy.training.wandb_logger import WandbLogger
-from clipbert_legacy.training.zero import build_distributed_optimizer
+from clipbert_legacy.training.zero import Unsharded, build_distributed_optimizer
 from clipbert_legacy.utils.device import training_device
 from clipbert_legacy.utils.errors import RunDirError, UserError
 from clipbert_legacy.utils.loader_workers import loader_settings
@@ -87,21 +92,23 @@ class Outputs:
 
 @dataclass(frozen=True)
 class Components:
-    """A run's built parts; ``cfg`` is the run's config (the user's, plus what find_batch_size found)."""
+    """A run's built parts; ``cfg`` is the run's config (the user's, plus what find_batch_size found).
+    The data fields are None only in the batch-size finder's trial components (no checkpointer) and
+    before :func:`_with_loader_and_checkpointer`."""
 
     cfg: Config
     process: Process
-    outputs: Outputs | None
+    outputs: Outputs | None  # None: trial components (batch-size finder)
     plan: RunPlan
     model: torch.nn.Module
-    optimizer: object  # hvd.DistributedOptimizer, possibly amp-processed
-    precision: object  # clipbert_legacy.training.precision
-    sharding: object  # clipbert_legacy.training.zero: Unsharded, or the zero_stage 1/2 sharding
-    trainable: tuple = ()  # the parameters the per-step code touches (after the precision's cast)
-    dataset: object = None
-    collate_fn: object = None
-    sampler: object = None
-    loader: object = None
+    optimizer: torch.optim.Optimizer  # hvd.DistributedOptimizer, possibly amp-processed
+    precision: FullPrecision  # FullPrecision (fp32, bf16 autocast) or AmpO2Precision
+    sharding: Unsharded  # Unsharded, or the zero_stage 1/2 ZeroSharding
+    trainable: tuple[torch.nn.Parameter, ...] = ()  # what the per-step code touches (after the cast)
+    dataset: Dataset | None = None  # the task's training dataset (map-style)
+    collate_fn: Callable[[list], dict] | None = None
+    sampler: Sampler[int] | None = None  # ResumableDistributedSampler or MetaSampler
+    loader: Iterable[dict] | None = None  # the DataLoader, wrapped by the task (on the device)
     checkpointer: Checkpointer | None = None
 
 

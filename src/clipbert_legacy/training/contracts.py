@@ -2,8 +2,9 @@
 what a hook may override (:class:`Hook`, with its own saved state) and what a hook may read and call on
 the trainer (:class:`TrainerView`).
 
-A leaf module (it imports nothing from ``clipbert_legacy.training``), so hooks, elastic training and tasks can
-name these types without importing the engine, and the engine without importing them back.
+At run time it imports nothing from ``clipbert_legacy.training`` (only ``if TYPE_CHECKING:``, for the
+annotations; ``tests/test_architecture.py`` counts those imports too and finds no cycle), so hooks,
+elastic training and tasks can name these types without importing the engine.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
+    from clipbert_legacy.config import Config
+    from clipbert_legacy.training.checkpointer import Checkpointer
     from clipbert_legacy.training.events import EventRecord
     from clipbert_legacy.training.plan import RunPlan
     from clipbert_legacy.training.run_state import RunState, ValidationRecord
@@ -41,18 +44,18 @@ class StepResult:
 
 
 class TrainerView(Protocol):
-    """What hooks use of ``clipbert_legacy.training.engine.Trainer``: the built components (read-only), the
-    run state and the event record. Hooks change the run only through ``trainer.state`` (``request_stop``,
-    the best checkpoint), put values for the writers into ``trainer.events`` and keep what they must save
-    in their own ``state_dict``; they never assign the trainer's attributes or the config, and never write
-    the restore file (the engine does, at the end of the step)."""
+    """What a hook may use of ``clipbert_legacy.training.engine.Trainer``, and all it uses: the built
+    components it reads (model, plan, checkpointer, the training dataset), the run state and the event
+    record. Hooks change the run only through ``trainer.state`` (``request_stop``, the best checkpoint),
+    put values for the writers into ``trainer.events`` and keep what they must save in their own
+    ``state_dict``; they never assign the trainer's attributes or the config, and never write the restore
+    file (the engine does, at the end of the step). ``tests/test_hooks.py`` checks that every hook of the
+    project reads only these names and that the Trainer has each of them."""
 
-    cfg: object
-    task: object
-    parts: object  # training.build.Components: model, optimizer, precision, sharding, plan, loader, ...
+    cfg: Config
+    task: object  # the run's training.task.Task (not imported: task.py imports this module)
     state: RunState
     events: EventRecord
-    hooks: list[Hook]
 
     @property
     def model(self) -> torch.nn.Module: ...
@@ -61,7 +64,10 @@ class TrainerView(Protocol):
     def plan(self) -> RunPlan: ...
 
     @property
-    def checkpointer(self) -> object: ...  # clipbert_legacy.training.checkpointer.Checkpointer
+    def checkpointer(self) -> Checkpointer: ...
+
+    @property
+    def train_dataset(self) -> object: ...  # the task's training dataset (bad-video reports)
 
     @property
     def rank(self) -> int: ...
@@ -99,7 +105,9 @@ class Hook:
 
     A hook with something to carry across a resume returns it from :meth:`state_dict` (plain values, no
     tensors) and takes it back in :meth:`load_state_dict`: the restore file, the Horovod elastic commit
-    and the elastic sync hold it under the hook's class name (``state_key``)."""
+    and the elastic sync hold it under the hook's ``state_key`` (default: its class name). Two hooks that
+    keep state under one key are refused when the trainer is made (:func:`check_state_keys`): give one
+    of them its own ``state_key``."""
 
     def before_train(self, trainer: TrainerView) -> None:
         """After set-up (model, data, resume) and before the first step of this process."""
@@ -132,3 +140,21 @@ class Hook:
 
     def load_state_dict(self, state: dict) -> None:
         """Take back a :meth:`state_dict` (called before :meth:`before_train` when the run resumes)."""
+
+
+def _keeps_state(hook: Hook) -> bool:
+    cls = type(hook)
+    return cls.state_dict is not Hook.state_dict or cls.load_state_dict is not Hook.load_state_dict
+
+
+def check_state_keys(hooks: list[Hook]) -> None:
+    """Refuse two hooks that keep saved state under one ``state_key`` (the second would silently
+    overwrite the first in the restore file); hooks without state may repeat."""
+    seen: dict[str, Hook] = {}
+    for h in hooks:
+        if not _keeps_state(h):
+            continue
+        other = seen.setdefault(h.state_key, h)
+        if other is not h:
+            raise ValueError(f"hooks {type(other).__qualname__} and {type(h).__qualname__} both keep their "
+                             f"saved state under state_key {h.state_key!r}: override state_key on one")

@@ -3,7 +3,7 @@
 **Horovod elastic** (``horovodrun -np N --min-np A --max-np B --host-discovery-script S``, which sets
 ``HOROVOD_ELASTIC=1`` in every worker): the training loop runs inside ``hvd.elastic.run`` with
 :class:`EngineState`. Every ``elastic_commit_steps`` optimizer steps the run's state (fp32 weights,
-optimizer and amp state, counters, data position: ``Trainer.snapshot``) is committed to host memory
+optimizer and amp state, counters, data position: :func:`snapshot`) is committed to host memory
 and Horovod checks for host changes. When a worker fails, the others get ``HorovodInternalError``
 from a collective, return to the last commit, re-form with the workers that remain and continue; when
 the discovery script reports new slots, every worker stops at its next commit, the new ones start,
@@ -26,9 +26,9 @@ rank-0 duties; the plan and run-directory outcome rank 0 sends), never an assign
 from __future__ import annotations
 
 import logging
-import os
 
 import clipbert_legacy.compat.hvd as hvd
+from clipbert_legacy.compat import launcher_env
 from clipbert_legacy.training.contracts import Hook
 from clipbert_legacy.training.plan import RunPlan
 from clipbert_legacy.utils.errors import UserError
@@ -36,14 +36,8 @@ from clipbert_legacy.utils.errors import UserError
 logger = logging.getLogger(__name__)
 
 
-def horovod_elastic() -> bool:
-    """This process was started by ``horovodrun`` in elastic mode."""
-    return os.environ.get("HOROVOD_ELASTIC") == "1"
-
-
-def torchrun_restarts() -> int:
-    """``torchrun --max-restarts`` of this worker's launcher (0 outside torchrun)."""
-    return int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+horovod_elastic = launcher_env.horovod_elastic  # started by horovodrun in elastic mode
+torchrun_restarts = launcher_env.torchrun_max_restarts  # torchrun --max-restarts (0 outside torchrun)
 
 
 def check_horovod_backend() -> None:
@@ -79,6 +73,24 @@ class ElasticCommit(Hook):
         self.state.commit()
 
 
+def snapshot(trainer) -> dict:
+    """This process's state in host memory (a Horovod elastic commit)."""
+    return trainer.checkpointer.snapshot(trainer.state_dict())
+
+
+def load_snapshot(trainer, snap: dict) -> None:
+    """Back to a :func:`snapshot` (a worker failed after it)."""
+    trainer.load_state_dict(trainer.checkpointer.load_snapshot(snap))
+
+
+def sync_from_rank0(trainer) -> dict:
+    """Every rank takes rank 0's weights, optimizer and counters (collective); returns the counters."""
+    counters = trainer.checkpointer.sync_from_rank0(trainer.state_dict() if trainer.is_main else None)
+    if not trainer.is_main:
+        trainer.load_state_dict(counters)
+    return counters
+
+
 def _sync(trainer, reseed: bool) -> None:
     """Rank 0's state everywhere; the plan rescaled to the current world size (a rebuild)."""
     outcome = hvd.broadcast_object(trainer.parts.outputs.outcome if trainer.is_main else None, 0,
@@ -87,7 +99,7 @@ def _sync(trainer, reseed: bool) -> None:
         trainer.rebuild(outcome=outcome)
         return
     joining = trainer.global_step == 0
-    counters = trainer.sync_from_rank0()
+    counters = sync_from_rank0(trainer)
     plan = RunPlan(**counters["plan"])
     if plan.world_size != trainer.world:
         new = plan.rescaled(trainer.world, trainer.global_step)
@@ -97,8 +109,8 @@ def _sync(trainer, reseed: bool) -> None:
                        trainer.state.examples_in_epoch)
         plan = new
     trainer.rebuild(plan=plan, outcome=outcome)
-    if reseed or (joining and trainer.global_step > 0):
-        trainer.reseed()
+    if reseed or (joining and trainer.global_step > 0):  # per-rank RNG seeds for the changed processes
+        trainer.checkpointer.reseed(trainer.global_step)
 
 
 def _state_class():
@@ -113,13 +125,13 @@ def _state_class():
             self.trainer, self._saved, self._after_reset = trainer, None, False
 
         def save(self):
-            self._saved = self.trainer.snapshot()
+            self._saved = snapshot(self.trainer)
 
         def restore(self):
             logger.warning("elastic: a worker failed at step %d; back to the last commit (step %s)",
                            self.trainer.global_step, self._saved and self._saved["global_step"])
             if self._saved is not None:
-                self.trainer.load_snapshot(self._saved)
+                load_snapshot(self.trainer, self._saved)
 
         def sync(self):
             _sync(self.trainer, reseed=self._after_reset)

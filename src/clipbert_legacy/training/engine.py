@@ -36,7 +36,7 @@ from clipbert_legacy.config.options import profile_range
 from clipbert_legacy.training import build
 from clipbert_legacy.training.checkpoint_files import model_step_path
 from clipbert_legacy.training.checkpointer import migrate_counters
-from clipbert_legacy.training.contracts import Hook, StepResult
+from clipbert_legacy.training.contracts import Hook, StepResult, check_state_keys
 from clipbert_legacy.training.elastic import ElasticCommit, horovod_elastic, run_horovod_elastic
 from clipbert_legacy.training.events import EventRecord
 from clipbert_legacy.training.hooks import BestCheckpoint, EarlyStopping, Evaluation, StepCheckpoints
@@ -70,6 +70,7 @@ class Trainer:
         self.hooks: list[Hook] = self.default_hooks() + list(task.build_hooks(cfg)) + list(hooks)
         if horovod_elastic():
             self.hooks.append(ElasticCommit(cfg.elastic_commit_steps))
+        check_state_keys(self.hooks)
 
     def default_hooks(self) -> list[Hook]:
         """Evaluation and what acts on it (step checkpoints, best checkpoint, early stopping); then the
@@ -88,6 +89,7 @@ class Trainer:
     precision = property(lambda self: self.parts.precision)
     plan = property(lambda self: self.parts.plan)
     loader = property(lambda self: self.parts.loader)
+    train_dataset = property(lambda self: self.parts.dataset)
     checkpointer = property(lambda self: self.parts.checkpointer)
     device = property(lambda self: self.parts.process.device)
     rank = property(lambda self: self.parts.process.rank)
@@ -163,35 +165,24 @@ class Trainer:
                 "amp": p.precision.state_dict(), "hooks": hooks}
 
     def load_state_dict(self, counters: dict) -> None:
+        """Take back :meth:`state_dict` (a restore file, an elastic snapshot or rank 0's sync). Saved hook
+        state that no hook of this run claims is dropped with a warning that names it."""
         self.state.load_counters(counters)
         self.precision.load_state_dict(counters.get("amp"))
         saved = counters.get("hooks") or {}
         for h in self.hooks:
             if h.state_key in saved:
                 h.load_state_dict(saved[h.state_key])
+        unclaimed = sorted(set(saved) - {h.state_key for h in self.hooks})
+        if unclaimed:
+            keys = ", ".join(h.state_key for h in self.hooks)
+            logger.warning("the saved state of hook(s) %s is not claimed by any hook of this run (hooks: "
+                           "%s); it is dropped", ", ".join(unclaimed), keys)
 
     def save_restore(self) -> None:
         """``ckpt/restore.pt`` of this step (unless written already). Collective: every rank calls it."""
         if self.checkpointer.save_restore(self.state_dict()):
             self.state.restore_written()
-
-    def snapshot(self) -> dict:
-        """This process's state in host memory (a Horovod elastic commit)."""
-        return self.checkpointer.snapshot(self.state_dict())
-
-    def load_snapshot(self, snap: dict) -> None:
-        self.load_state_dict(self.checkpointer.load_snapshot(snap))
-
-    def sync_from_rank0(self) -> dict:
-        """Every rank takes rank 0's weights, optimizer and counters (collective); returns the counters."""
-        counters = self.checkpointer.sync_from_rank0(self.state_dict() if self.is_main else None)
-        if not self.is_main:
-            self.load_state_dict(counters)
-        return counters
-
-    def reseed(self) -> None:
-        """Per-rank RNG seeds for a continuation on a changed set of processes."""
-        self.checkpointer.reseed(self.global_step)
 
     # ---------------------------------------------------------------------------------- the step
     def batches(self) -> TimedBatches:

@@ -24,10 +24,13 @@ elastic runs only, ``clipbert_legacy.training.elastic.ElasticCommit`` (it commit
 
 No hook writes a log line of metrics, a TensorBoard scalar or the restore file: hooks put values into
 the step's event record (``trainer.events``; ``clipbert_legacy.training.events``), and after every hook of the
-step the engine hands the record to the writers and writes the restore file when it is due. Hooks exchange
-results through ``trainer.state`` (``clipbert_legacy.training.run_state``), never through files or the
-trainer's fields, and the validation hooks act in ``after_validation`` on the published record; so no default
+step the engine hands the record to the writers and writes the restore file when it is due. Hooks read the
+trainer only through ``TrainerView`` (``clipbert_legacy.training.contracts``), exchange results only through
+``trainer.state`` (``clipbert_legacy.training.run_state``), keep what they need across a resume in their own
+``state_dict``, and the validation hooks act in ``after_validation`` on the published record; so no default
 hook depends on its place in the list (``tests/test_hooks.py`` runs them reversed and compares every file).
+The one file a hook reads is ``log/metrics.jsonl``, once, when :class:`StepCheckpoints` resumes from a
+restore file written before its ranking was saved state.
 
 A **collective** hook calls collective operations (allreduce, broadcast, gather): it must run on every
 rank at the same steps, in the same order, or the job stalls until the launcher's timeout. Decide when
@@ -128,18 +131,27 @@ def _candidate(record, value: float) -> bool:
 class StepCheckpoints(Hook):
     """``ckpt/model_step_N.pt`` at each validation with finite weights (rank 0), then the removal of those
     ``keep_last_k`` / ``keep_top_k`` do not keep (MMF's ``max_to_keep``, Lightning's ``save_top_k``):
-    never the best or the latest. The ranking uses the validations this hook has seen (seeded from
-    ``log/metrics.jsonl`` when a run resumes, so the earlier files are ranked too)."""
+    never the best or the latest. The ranking uses the validations of the run so far: its own saved
+    state (:meth:`state_dict`), so a resumed run ranks the earlier files too. A restore file of the
+    layout before that state existed seeds it once from ``log/metrics.jsonl``."""
 
     def __init__(self, keep_last_k: int, keep_top_k: int):
         self.keep_last_k, self.keep_top_k = keep_last_k, keep_top_k
         self.saver: ModelSaver | None = None
         self.history: dict[int, dict[str, float]] = {}  # step -> validation metrics
+        self._restored = False  # load_state_dict gave the history
+
+    def state_dict(self) -> dict:
+        return {"history": {str(step): dict(m) for step, m in sorted(self.history.items())}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = {int(step): dict(m) for step, m in state["history"].items()}
+        self._restored = True
 
     def before_train(self, trainer):
         if trainer.is_main:
             self.saver = ModelSaver(trainer.ckpt_dir)
-            if not self.history:  # a resumed run: what it validated before
+            if trainer.global_step and not self._restored:  # a restore file of the earlier layout
                 self.history.update({int(r["step"]): r for r in read_metrics(MetricsLog(trainer.log_dir).path,
                                                                              "valid")
                                      if r["step"] <= trainer.global_step})

@@ -8,6 +8,7 @@ failed too and says so.
 from __future__ import annotations
 
 import logging
+from typing import NoReturn
 
 from clipbert_legacy.training.checkpoint_files import ModelSaver
 from clipbert_legacy.utils.errors import UserError
@@ -19,7 +20,7 @@ class NonFiniteLossError(UserError, RuntimeError):
     """Training stopped on a NaN/inf loss; the message names the step and the last good checkpoint."""
 
 
-def stop_diverged(parts, state, n_bad: int) -> None:
+def stop_diverged(parts, state, n_bad: int) -> NoReturn:
     """The step raised ``Diverged`` (before its optimizer step): the last good weights to
     ``model_step_N.pt`` (rank 0), then :class:`NonFiniteLossError` naming the step and the files."""
     step = state.global_step

@@ -5,17 +5,15 @@ import os
 
 import torch
 
-# how many processes of the job share this machine, as each launcher tells its workers
-_LOCAL_SIZE_ENV = ("HOROVOD_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                   "SLURM_NTASKS_PER_NODE")
+from clipbert_legacy.compat import launcher_env
+
 MAX_AUTO_WORKERS = 4  # ClipBERT's n_workers
 
 
 def cpus_per_process() -> int:
     """CPU cores this process may use (its affinity) divided among the job's processes on this machine."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    local = next((int(os.environ[k]) for k in _LOCAL_SIZE_ENV if os.environ.get(k, "").isdigit()), 1)
-    return max(1, cores // max(local, 1))
+    return max(1, cores // max(launcher_env.local_size(), 1))
 
 
 def num_workers(n_workers: int | None) -> int:

@@ -16,8 +16,8 @@ import os
 import sys
 import time
 
-# variables that launchers (horovodrun/mpirun, torchrun, SLURM) set in their workers
-LAUNCHER_ENV = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "LOCAL_RANK", "SLURM_PROCID")
+from clipbert_legacy.compat import launcher_env
+
 MODES = ("bar", "lines", "off")
 
 
@@ -30,7 +30,7 @@ def progress_mode(stream=None) -> str:
         return forced
     stream = stream or sys.stderr
     tty = hasattr(stream, "isatty") and stream.isatty()
-    return "bar" if tty and not any(k in os.environ for k in LAUNCHER_ENV) else "lines"
+    return "bar" if tty and not launcher_env.launched() else "lines"
 
 
 def _hms(seconds: float) -> str:

@@ -37,6 +37,7 @@ import pickle
 import re
 import zipfile
 from struct import error as struct_error
+from typing import NoReturn
 
 import torch
 
@@ -141,7 +142,7 @@ class _WeightsUnpickler(pickle._Unpickler):
             raise _refusal(self.path, f"the global {module}.{name}", self.fix)
         return found
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid) -> NoReturn:
         raise _refusal(self.path, f"a persistent object ({str(pid)[:60]})", self.fix)
 
 

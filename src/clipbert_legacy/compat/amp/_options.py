@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NoReturn
 
 import torch
 
 
-def _warn_or_err(msg: str) -> None:
+def _warn_or_err(msg: str) -> NoReturn:
     # apex: hard_override (never set by any argument) would turn this into a warning.
     raise RuntimeError(msg)
 

@@ -8,9 +8,10 @@ also removes O1's patches of torch functions).
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
+
+from clipbert_legacy.compat.launcher_env import launcher_rank
 
 logger = logging.getLogger(__package__)  # "clipbert_legacy.compat.amp", as when amp was a single module
 
@@ -50,7 +51,7 @@ def _rank0() -> bool:
             return torch.distributed.get_rank() == 0
     except Exception:  # pragma: no cover
         pass
-    return int(os.environ.get("HOROVOD_RANK", os.environ.get("RANK", "0"))) == 0
+    return launcher_rank() == 0
 
 
 def _maybe_log(msg: str, *args: object) -> None:
