@@ -246,7 +246,7 @@ def test_a_forged_who_entry_cannot_make_the_watchdog_kill_an_unrelated_process(t
         p = bounded(f"""
             import datetime, os, socket
             import torch.distributed as dist
-            from clipbert_legacy.compat import _peer_watchdog as wd
+            from clipbert_legacy.compat.hvd.torch_backend import peer_watchdog as wd
             from clipbert_legacy.compat._store_auth import start_time
             store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10))
             pid = {victim.pid}
@@ -391,9 +391,9 @@ def test_forged_store_writes_are_one_line_each_and_the_job_goes_on(caplog):
 
     import torch.distributed as dist
 
-    from clipbert_legacy.compat import _peer_watchdog as wd
-    from clipbert_legacy.compat._hvd_torch_controller import Controller, Request
     from clipbert_legacy.compat._store_auth import seal
+    from clipbert_legacy.compat.hvd.torch_backend import peer_watchdog as wd
+    from clipbert_legacy.compat.hvd.torch_backend.controller import Controller, Request
     caplog.set_level(logging.WARNING)
     os.environ["CLIPBERT_JOB_TOKEN"] = "s" * 32
     try:

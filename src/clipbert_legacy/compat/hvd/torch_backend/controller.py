@@ -1,7 +1,7 @@
 """torch backend: how the ranks of a process set agree on what to run, through the launcher's store.
 
 Horovod runs a background thread that negotiates every operation with a coordinator before executing
-it. Here the same happens over the TCP store ``torchrun`` already runs (the one ``_peer_watchdog`` uses):
+it. Here the same happens over the TCP store ``torchrun`` already runs (the one ``peer_watchdog`` uses):
 
 * a rank **submits** an operation by pushing an event onto the set's log, a queue in the store (one
   round trip; the log's order is the one order every rank agrees on);
@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from clipbert_legacy.compat._hvd_torch_negotiation import JOIN, LEAVE, STOP, Negotiation
 from clipbert_legacy.compat._store_auth import seal, unseal, warn_once
+from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, STOP, Negotiation
 
 logger = logging.getLogger(__name__)
 

@@ -39,9 +39,10 @@ import torch.distributed as dist
 
 from clipbert_legacy.compat import launcher_env
 from clipbert_legacy.compat._store_auth import identity, is_job_process, parse_int, warn_once
+from clipbert_legacy.compat.hvd.torch_backend.state import STATE
 
-_W = {"store": None, "rank": 0, "thread": None, "stop": threading.Event(), "prefix": "", "busy": 0}
-_LOCK = threading.Lock()  # one store client, used by the watchdog thread and by busy() in the main thread
+_W = STATE.watchdog
+_LOCK = STATE.watchdog_lock  # one store client, used by the watchdog thread and by busy() in the main thread
 
 
 def _set(store, key, value) -> None:
