@@ -6,7 +6,7 @@
 #                disk). On a CUDA machine use e.g. TORCH_SPEC="torch==2.13.0" with
 #                PIP_INDEX_URL pointing at the CUDA wheel index of your choice.
 #   VENV_DIR     virtualenv location (default: <repo>/.venv)
-#   SKIP_HOROVOD=1  skip Horovod (the torch.distributed backend of src/clipbert_legacy/compat/hvd.py still works)
+#   SKIP_HOROVOD=1  skip Horovod (the torch.distributed backend of src/clipbert_legacy/compat/hvd/__init__.py still works)
 #   SKIP_PROJECT_INSTALL=1  dependencies only, not `pip install -e .` (a Docker layer built before
 #                the source is copied in; the Dockerfile installs the project afterwards)
 #   CLIPBERT_ENV_FROZEN=1  verify only, never install (set in the Docker image: its env is read-only to

@@ -1,8 +1,8 @@
-"""The torch backend's negotiation rules (src/clipbert_legacy/compat/_hvd_torch_negotiation.py), Horovod's
-coordinator logic without processes: operations are matched by name whatever order the ranks issued them in,
-mismatches become one error for every rank, joined ranks count as ready, and the last rank to join is
-reported."""
-from clipbert_legacy.compat._hvd_torch_negotiation import JOIN, LEAVE, STOP, Negotiation
+"""The torch backend's negotiation rules (src/clipbert_legacy/compat/hvd/torch_backend/negotiation.py),
+Horovod's coordinator logic without processes: operations are matched by name whatever order the ranks
+issued them in, mismatches become one error for every rank, joined ranks count as ready, and the last rank
+to join is reported."""
+from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, STOP, Negotiation
 
 
 def ev(rank, name, kind="ALLREDUCE", shape=(3,), dtype="torch.float32", **meta):

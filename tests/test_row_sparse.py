@@ -1,5 +1,5 @@
 """Row-sparse averaging of embedding-table gradients (``row_sparse_allreduce``,
-clipbert_legacy.compat._row_sparse)
+clipbert_legacy.compat.hvd.row_sparse)
 under both launchers: the averaged gradients equal the dense allreduce's bit for bit (2 ranks), while
 only the rows some rank touched travel; a tied table (a gradient in every row) falls back to dense."""
 import json

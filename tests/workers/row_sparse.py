@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import clipbert_legacy.compat.hvd as hvd
-from clipbert_legacy.compat import _row_sparse
+from clipbert_legacy.compat.hvd import row_sparse as _row_sparse
 
 ROWS, DIM = 3000, 8
 

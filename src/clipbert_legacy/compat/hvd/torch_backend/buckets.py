@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from clipbert_legacy.compat._hvd_errors import HorovodInternalError
+from clipbert_legacy.compat.hvd.errors import HorovodInternalError
 
 BUCKET_BYTES = int(os.environ.get("DIST_BUCKET_MB", "25")) * 2 ** 20
 

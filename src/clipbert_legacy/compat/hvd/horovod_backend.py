@@ -11,8 +11,8 @@ import horovod.torch as _h
 import torch
 from horovod.torch import mpi_ops as _mpi_ops
 
-from clipbert_legacy.compat._hvd_process_sets import ProcessSet, global_process_set
-from clipbert_legacy.compat._row_sparse import average_rows
+from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
+from clipbert_legacy.compat.hvd.row_sparse import average_rows
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
 
 
 def _route_row_sparse(opt, params, compression):
-    """Reduce ``params`` over their touched rows (clipbert_legacy.compat._row_sparse) instead of densely.
+    """Reduce ``params`` over their touched rows (clipbert_legacy.compat.hvd.row_sparse) instead of densely.
 
     Horovod's optimizer starts a parameter's reduction with ``_allreduce_grad_async(p)`` and, for a
     handle that is a callable (its own sparse path), calls it in ``synchronize()`` and installs the

@@ -16,10 +16,10 @@ from typing import Any, Union
 
 import torch
 
-from clipbert_legacy.compat._compression import Compression, Compressor
-from clipbert_legacy.compat._hvd_api import Average
-from clipbert_legacy.compat._hvd_process_sets import ProcessSet, global_process_set
-from clipbert_legacy.compat._hvd_state import backend_name, impl
+from clipbert_legacy.compat.hvd.api import Average
+from clipbert_legacy.compat.hvd.compression import Compression, Compressor
+from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
+from clipbert_legacy.compat.hvd.state import backend_name, impl
 
 # What broadcast_parameters accepts: a state_dict, named_parameters(), or a plain list of tensors.
 Params = Union[Mapping[str, torch.Tensor], Iterable[tuple[str, torch.Tensor]], Iterable[torch.Tensor]]
@@ -100,7 +100,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
 
     ``row_sparse`` (ours, not Horovod's): parameters, typically embedding tables, whose gradients are
     averaged in ``synchronize()`` over only the rows some rank touched (exact;
-    clipbert_legacy.compat._row_sparse).
+    clipbert_legacy.compat.hvd.row_sparse).
     ``reduce_to`` (ours; torch backend only): parameter -> rank; each such gradient is averaged onto
     that rank alone (``dist.reduce``) and set to None on the others after ``synchronize()`` (ZeRO
     stage 2, ``clipbert_legacy.training.zero``). Real Horovod has no reduce-to-one-rank in its optimizer

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from clipbert_legacy.compat._hvd_api import Sum, allreduce
-from clipbert_legacy.compat._hvd_state import backend_name, impl
+from clipbert_legacy.compat.hvd.api import Sum, allreduce
+from clipbert_legacy.compat.hvd.state import backend_name, impl
 
 
 class SyncBatchNorm(_BatchNorm):

@@ -1,6 +1,6 @@
 """Gradient compression for ``clipbert_legacy.compat.hvd`` (``hvd.Compression.none`` / ``.fp16``).
 
-Its own module so that the front module (``hvd``) and the torch backend (``_hvd_torch``) can both
+Its own module so that the front module (``hvd``) and the torch backend (``hvd.torch_backend``) can both
 import it without importing each other.
 """
 from __future__ import annotations

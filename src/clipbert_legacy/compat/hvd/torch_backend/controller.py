@@ -1,7 +1,7 @@
 """torch backend: how the ranks of a process set agree on what to run, through the launcher's store.
 
 Horovod runs a background thread that negotiates every operation with a coordinator before executing
-it. Here the same happens over the TCP store ``torchrun`` already runs (the one ``_peer_watchdog`` uses):
+it. Here the same happens over the TCP store ``torchrun`` already runs (the one ``peer_watchdog`` uses):
 
 * a rank **submits** an operation by pushing an event onto the set's log, a queue in the store (one
   round trip; the log's order is the one order every rank agrees on);
@@ -9,6 +9,11 @@ it. Here the same happens over the TCP store ``torchrun`` already runs (the one 
   ``Negotiation`` (name matching, join, checks) and appends each ready response to the schedule ``s<j>``;
 * an **executor** thread on every member reads the schedule in order and runs each collective on the
   set's own process group, completing the rank's handle (or an error: the same on every rank).
+
+Every value in the store is sealed and parsed (``clipbert_legacy.compat._store_auth``: another local user
+can write the store): the coordinator skips an event that is malformed, forged, replayed or from a rank
+outside the set, with one warning line naming the key; an executor that reads a response that is not the
+coordinator's waits for the coordinator's to replace it.
 
 Store waits block without timeouts (no polling); ``shutdown`` ends the threads through the log (every
 member's ``LEAVE``, then the coordinator's ``STOP``). A stall monitor logs, every
@@ -19,7 +24,6 @@ no store, no threads.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import threading
@@ -27,7 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from clipbert_legacy.compat._hvd_torch_negotiation import JOIN, LEAVE, STOP, Negotiation
+from clipbert_legacy.compat._store_auth import seal, unseal, warn_once
+from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, STOP, Negotiation
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +98,7 @@ class Controller(LocalController):
         self.ranks, self.prefix, self.coordinator = list(ranks), prefix, min(ranks)
         self._store = store_factory()
         self._closed = self._left = False
+        self._seq = 0  # this rank's events, numbered: the coordinator refuses a replayed one
         self._negotiation = Negotiation(self.ranks)
         self._threads = [threading.Thread(target=self._execute_loop, args=(store_factory(),), daemon=True,
                                           name=f"hvd-executor-{prefix}")]
@@ -110,7 +116,9 @@ class Controller(LocalController):
             self._log(_event(self.rank, req))
 
     def _log(self, event: dict) -> None:
-        self._store.queue_push(self.prefix + "log", json.dumps(event))
+        self._seq += 1
+        key = self.prefix + "log"
+        self._store.queue_push(key, seal(key, {**event, "q": self._seq}))
 
     def announce_leave(self) -> None:
         """Log this rank's LEAVE once; operations of other ranks that need it then fail."""
@@ -135,27 +143,48 @@ class Controller(LocalController):
     def _coordinate_loop(self, store: Any) -> None:
         monitor = threading.Thread(target=self._stall_monitor, daemon=True, name=f"hvd-stall-{self.prefix}")
         monitor.start()
-        j = 1
+        j, key, last_seq = 1, self.prefix + "log", dict.fromkeys(self.ranks, 0)
         try:
             while True:
-                event = json.loads(store.queue_pop(self.prefix + "log"))  # blocks until a rank submits
-                for resp in self._negotiation_step(event):
-                    store.set(f"{self.prefix}s{j}", json.dumps(resp))
+                event = unseal(key, store.queue_pop(key))  # blocks until a rank submits
+                if not self._acceptable(key, event, last_seq):
+                    continue
+                for resp in self._negotiation_step(key, event):
+                    store.set(f"{self.prefix}s{j}", seal(f"{self.prefix}s{j}", resp))
                     j += 1
                     if resp["k"] == STOP:
                         return
         except Exception as e:  # the launcher's store is gone: the job is ending
             self._lost(e)
 
-    def _negotiation_step(self, event: dict) -> list[dict]:
+    def _acceptable(self, key: str, event: dict | None, last_seq: dict[int, int]) -> bool:
+        """An event of a member rank, of the shape ``_event`` writes, newer than that rank's last."""
+        if event is None:
+            return False  # unseal named the key
+        r, q = event.get("r"), event.get("q")
+        if not (type(r) is int and r in last_seq and isinstance(event.get("n"), str)
+                and isinstance(event.get("k"), str) and isinstance(event.get("m"), dict) and type(q) is int):
+            warn_once(key, f"an event not of this job's shape ({str(event)[:80]})")
+            return False
+        if q <= last_seq[r]:
+            warn_once(key, f"a replayed event of rank {r} (number {q}, after {last_seq[r]})")
+            return False
+        last_seq[r] = q
+        return True
+
+    def _negotiation_step(self, key: str, event: dict) -> list[dict]:
         with self._lock:
-            return self._negotiation.add(event)
+            try:
+                return self._negotiation.add(event)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+                warn_once(key, f"an event the negotiation cannot read ({type(e).__name__}: {str(e)[:80]})")
+                return []
 
     def _execute_loop(self, store: Any) -> None:
         j = undeleted = 1
         try:
             while True:
-                resp = json.loads(store.get(f"{self.prefix}s{j}"))
+                resp = self._response(store, f"{self.prefix}s{j}")
                 if resp["k"] == STOP:
                     self._lost(None)
                     return
@@ -170,6 +199,19 @@ class Controller(LocalController):
                 j += 1
         except Exception as e:  # the launcher's store is gone: the job is ending
             self._lost(e)
+
+    @staticmethod
+    def _response(store: Any, key: str) -> dict:
+        """The coordinator's response under ``key`` (blocks until it is written). A value that is not the
+        coordinator's (forged, malformed) is named once and waited out: the coordinator's own write
+        replaces it."""
+        while True:
+            resp = unseal(key, store.get(key))
+            if resp is not None and isinstance(resp.get("k"), str) and isinstance(resp.get("n"), str):
+                return resp
+            if resp is not None:
+                warn_once(key, "a response not of this job's shape")
+            time.sleep(0.05)
 
     def _lost(self, error: Exception | None) -> None:
         """Fail every operation still waiting (shut down, or the store is unreachable)."""

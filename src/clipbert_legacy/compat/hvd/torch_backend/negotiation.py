@@ -5,7 +5,7 @@ by the order they were issued: an operation runs once every rank of its process 
 same name, or has joined (``hvd.join``); then the submissions are checked against each other and any
 disagreement (data type, operation, shape, root rank, scale factors, reduction op, CPU/GPU) becomes an
 error delivered to every rank, instead of a collective that aborts or waits forever. This module is
-that logic, pure and deterministic: the coordinator thread (``_hvd_torch_controller``) feeds it the
+that logic, pure and deterministic: the coordinator thread (``hvd.torch_backend.controller``) feeds it the
 events in the order the store's log gives them, and every rank executes the responses in that order.
 
 An event is a dict: ``r`` (global rank), ``n`` (name), ``k`` (kind), ``m`` (metadata: ``dt`` data types

@@ -9,21 +9,20 @@ coordinator's message (e.g. mismatched shapes) on every rank alike.
 """
 from __future__ import annotations
 
-import itertools
-import threading
 from typing import Any
 
 import torch
 
-from clipbert_legacy.compat._hvd_errors import HorovodInternalError
-from clipbert_legacy.compat._hvd_process_sets import ProcessSet, global_process_set
-from clipbert_legacy.compat._hvd_torch_controller import Request
-from clipbert_legacy.compat._hvd_torch_negotiation import JOIN, JOIN_NAME
-from clipbert_legacy.compat._hvd_torch_sets import member
+from clipbert_legacy.compat.hvd.errors import HorovodInternalError
+from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
+from clipbert_legacy.compat.hvd.torch_backend.controller import Request
+from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, JOIN_NAME
+from clipbert_legacy.compat.hvd.torch_backend.sets import member
+from clipbert_legacy.compat.hvd.torch_backend.state import STATE
 
-_HANDLES: dict[int, Request] = {}
-_NEXT = itertools.count(1)
-_LOCK = threading.Lock()
+_HANDLES: dict[int, Request] = STATE.handles
+_NEXT = STATE.next_handle
+_LOCK = STATE.handles_lock
 
 
 def _meta(tensors: list[torch.Tensor], **extra: Any) -> dict:

@@ -1,8 +1,8 @@
 """The collective operations of ``horovod.torch`` (0.28.1 signatures), forwarded to the chosen backend.
 
 Re-exported by ``clipbert_legacy.compat.hvd``. Each function only resolves Horovod's deprecated ``average=``
-argument and hands everything to the backend: ``_hvd_horovod`` passes it to Horovod itself,
-``_hvd_torch`` implements it over ``torch.distributed``. Semantics (names, handles, gradients,
+argument and hands everything to the backend: ``hvd.horovod_backend`` passes it to Horovod itself,
+``hvd.torch_backend`` implements it over ``torch.distributed``. Semantics (names, handles, gradients,
 process sets) are Horovod's; see docs/horovod.md.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from clipbert_legacy.compat._compression import Compression, Compressor
-from clipbert_legacy.compat._hvd_process_sets import ProcessSet, global_process_set
-from clipbert_legacy.compat._hvd_state import impl
+from clipbert_legacy.compat.hvd.compression import Compression, Compressor
+from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
+from clipbert_legacy.compat.hvd.state import impl
 
 # Reduction ops (values are ours; each backend maps them to its own constants).
 Average = "average"

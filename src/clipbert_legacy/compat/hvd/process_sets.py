@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from clipbert_legacy.compat._hvd_state import impl
+from clipbert_legacy.compat.hvd.state import impl
 
 
 class ProcessSet:

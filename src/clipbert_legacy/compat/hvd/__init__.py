@@ -9,7 +9,7 @@ backends sit under the same names:
   ``horovodrun -np N ...``. Calls are forwarded to ``horovod.torch``.
 * ``torch``  — the same semantics over ``torch.distributed`` (gloo on CPU, nccl on GPU), launched with
   ``torchrun --nproc_per_node N ...``, for machines where Horovod cannot be built: ops are matched across
-  ranks by name and checked (shape, dtype, root, op) as Horovod's coordinator does, see ``_hvd_torch``.
+  ranks by name and checked (shape, dtype, root, op) as Horovod's coordinator does, see ``hvd.torch_backend``.
 
 A single process started without any launcher works with either backend: size 1, no communication.
 
@@ -21,16 +21,16 @@ Deliberate differences from Horovod 0.28.1 (both backends; details and the torch
 docs/horovod.md):
 
 * ``broadcast_optimizer_state`` broadcasts the root's ``state_dict()`` and takes no zero-gradient step
-  (``_hvd_functions``); trainable parameters without a gradient get a zero one, as after Horovod's step.
+  (``hvd.functions``); trainable parameters without a gradient get a zero one, as after Horovod's step.
 * ``SyncBatchNorm`` also runs on CPU tensors (Horovod's needs CUDA; under horovodrun CUDA input still
   runs Horovod's kernels).
 * ``DistributedOptimizer(row_sparse=[...])``: those tables' gradients are averaged over the rows some
-  rank touched, in ``synchronize()`` (exact; ``clipbert_legacy.compat._row_sparse``); ``reduce_to`` (torch
+  rank touched, in ``synchronize()`` (exact; ``clipbert_legacy.compat.hvd.row_sparse``); ``reduce_to`` (torch
   backend).
 * ``allgather_object`` / ``broadcast_object`` default to one fixed name per call kind instead of the
   object's type name (ranks passing objects of different types would otherwise wait for each other).
 * horovod backend, CPU jobs: ``init()`` sets ``HOROVOD_CYCLE_TIME=20`` (ms) unless the user set it
-  (Horovod's 1 ms cycle cost CPU ranks a fifth of their speed; see ``_hvd_horovod``).
+  (Horovod's 1 ms cycle cost CPU ranks a fifth of their speed; see ``hvd.horovod_backend``).
 """
 from __future__ import annotations
 
@@ -40,8 +40,7 @@ import os
 from typing import Any
 
 from clipbert_legacy.compat import launcher_env
-from clipbert_legacy.compat._compression import Compression, Compressor
-from clipbert_legacy.compat._hvd_api import (
+from clipbert_legacy.compat.hvd.api import (
     Adasum,
     Average,
     Max,
@@ -76,8 +75,9 @@ from clipbert_legacy.compat._hvd_api import (
     sparse_allreduce_async,
     synchronize,
 )
-from clipbert_legacy.compat._hvd_errors import HorovodInternalError, HostsUpdatedInterrupt
-from clipbert_legacy.compat._hvd_functions import (
+from clipbert_legacy.compat.hvd.compression import Compression, Compressor
+from clipbert_legacy.compat.hvd.errors import HorovodInternalError, HostsUpdatedInterrupt
+from clipbert_legacy.compat.hvd.functions import (
     DistributedOptimizer,
     Params,
     allgather_object,
@@ -85,29 +85,30 @@ from clipbert_legacy.compat._hvd_functions import (
     broadcast_optimizer_state,
     broadcast_parameters,
 )
-from clipbert_legacy.compat._hvd_process_sets import (
+from clipbert_legacy.compat.hvd.process_sets import (
     ProcessSet,
     add_process_set,
     global_process_set,
     remove_process_set,
 )
-from clipbert_legacy.compat._hvd_state import BACKENDS, STATE, NotInitializedError, backend_name, impl
-from clipbert_legacy.compat._hvd_sync_bn import SyncBatchNorm
+from clipbert_legacy.compat.hvd.state import BACKENDS, STATE, NotInitializedError, backend_name, impl
+from clipbert_legacy.compat.hvd.sync_bn import SyncBatchNorm
 
 __all__ = [
-    "BACKENDS", "Adasum", "Average", "Compression", "Compressor", "DistributedOptimizer",
+    "Adasum", "Average", "BACKENDS", "Compression", "Compressor", "DistributedOptimizer",
     "HorovodInternalError", "HostsUpdatedInterrupt", "Max", "Min", "NotInitializedError", "Params",
-    "Product", "ProcessSet", "Sum", "SyncBatchNorm", "add_process_set", "allgather", "allgather_async",
+    "ProcessSet", "Product", "Sum", "SyncBatchNorm", "add_process_set", "allgather", "allgather_async",
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "backend_name", "barrier", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "busy",
-    "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
-    "global_process_set", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
-    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter",
-    "grouped_reducescatter_async", "init", "is_homogeneous", "is_initialized", "join", "local_rank",
-    "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "poll", "rank",
-    "reducescatter", "reducescatter_async", "remove_process_set", "rocm_built", "set_backend", "shutdown",
-    "size", "sparse_allreduce_async", "start_timeline", "stop_timeline", "synchronize",
+    "ccl_built", "check_extension", "cross_rank", "cross_size", "cuda_built", "ddl_built",
+    "global_process_set", "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allgather_async",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "grouped_reducescatter", "grouped_reducescatter_async", "init", "is_homogeneous", "is_initialized",
+    "join", "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built",
+    "poll", "rank", "reducescatter", "reducescatter_async", "remove_process_set", "rocm_built",
+    "set_backend", "shutdown", "size", "sparse_allreduce_async", "start_timeline", "stop_timeline",
+    "synchronize",
 ]
 
 logger = logging.getLogger(__name__)
@@ -117,10 +118,10 @@ def set_backend(name: str) -> None:
     """Choose the backend before ``init()``: 'auto', 'horovod' or 'torch'."""
     if name not in BACKENDS:
         raise ValueError(f"dist_backend={name!r} is not one of {'|'.join(BACKENDS)}")
-    if STATE["impl"] is not None and name not in ("auto", STATE["name"]):
+    if STATE.impl is not None and name not in ("auto", STATE.name):
         raise RuntimeError(f"hvd already initialized with backend {STATE['name']!r}; "
                            f"set dist_backend={name!r} before hvd.init()")
-    STATE["requested"] = name
+    STATE.requested = name
 
 
 def _horovod_importable() -> bool:
@@ -132,7 +133,7 @@ def _horovod_importable() -> bool:
 
 
 def _resolve_backend() -> str:
-    name = STATE["requested"] or os.environ.get("DIST_BACKEND", "auto") or "auto"
+    name = STATE.requested or os.environ.get("DIST_BACKEND", "auto") or "auto"
     if name not in BACKENDS:
         raise ValueError(f"DIST_BACKEND={name!r} is not one of {'|'.join(BACKENDS)}")
     under_horovodrun, under_torchrun = launcher_env.under_horovodrun(), launcher_env.under_torchrun()
@@ -158,40 +159,40 @@ def _resolve_backend() -> str:
 
 def _backend_module(name: str) -> Any:
     if name == "horovod":
-        from clipbert_legacy.compat import _hvd_horovod as backend
+        from clipbert_legacy.compat.hvd import horovod_backend as backend
     else:
-        from clipbert_legacy.compat import _hvd_torch as backend
+        from clipbert_legacy.compat.hvd import torch_backend as backend
     return backend
 
 
 def _built() -> Any:
     """The backend that answers the build queries (``ccl_built()`` ...): Horovod answers them before
     ``init()``, so they do not need it here either."""
-    return STATE["impl"] if STATE["impl"] is not None else _backend_module(_resolve_backend())
+    return STATE.impl if STATE.impl is not None else _backend_module(_resolve_backend())
 
 
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Initialise the chosen backend (idempotent). ``process_sets``: ProcessSets to register at once."""
-    if STATE["impl"] is not None:
+    if STATE.impl is not None:
         return
     name = _resolve_backend()
     backend = _backend_module(name)
     backend.init(comm=comm, process_sets=process_sets)
-    STATE["name"], STATE["impl"] = name, backend
+    STATE.name, STATE.impl = name, backend
     logger.info("distributed backend: %s (rank %d/%d, local rank %d/%d)", name, backend.rank(),
                 backend.size(), backend.local_rank(), backend.local_size())
 
 
 def is_initialized() -> bool:
     """Whether ``init()`` has run (and ``shutdown()`` has not)."""
-    return STATE["impl"] is not None
+    return STATE.impl is not None
 
 
 def shutdown() -> None:
     """Shut the backend down; ``init()`` may be called again afterwards."""
-    if STATE["impl"] is not None:
-        STATE["impl"].shutdown()
-    STATE["impl"] = STATE["name"] = None
+    if STATE.impl is not None:
+        STATE.impl.shutdown()
+    STATE.impl = STATE.name = None
 
 
 def rank() -> int:
@@ -263,6 +264,16 @@ def rocm_built() -> bool:
     return _built().rocm_built()
 
 
+def check_extension(ext_name: str, ext_env_var: str, pkg_path: str, *args: Any) -> None:
+    """Horovod's check that its C++ extension was built (``horovod.common.util.check_extension``): with
+    Horovod installed, Horovod's own; without it only the torch backend can run, and it needs none."""
+    try:
+        from horovod.common.util import check_extension as horovod_check
+    except ImportError:
+        return
+    horovod_check(ext_name, ext_env_var, pkg_path, *args)
+
+
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Record the collectives into a Chrome-trace file (torch backend: see docs/horovod.md)."""
     impl().start_timeline(file_path, mark_cycles=mark_cycles)
@@ -275,7 +286,7 @@ def stop_timeline() -> None:
 def busy() -> contextlib.AbstractContextManager:
     """Not Horovod API: wrap a long operation of this rank alone (a checkpoint save) so the torch
     backend's peer watchdog allows it ``DIST_BUSY_GRACE_S`` of silence; a no-op elsewhere."""
-    backend = STATE["impl"]
+    backend = STATE.impl
     return backend.busy() if backend is not None and hasattr(backend, "busy") else contextlib.nullcontext()
 
 

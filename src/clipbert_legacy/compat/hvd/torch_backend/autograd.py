@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from clipbert_legacy.compat import _hvd_torch_ops as ops
-from clipbert_legacy.compat._compression import Compression
-from clipbert_legacy.compat._hvd_process_sets import global_process_set
-from clipbert_legacy.compat._hvd_torch_sets import member
+from clipbert_legacy.compat.hvd.compression import Compression
+from clipbert_legacy.compat.hvd.process_sets import global_process_set
+from clipbert_legacy.compat.hvd.torch_backend import ops as ops
+from clipbert_legacy.compat.hvd.torch_backend.sets import member
 
 
 class HorovodAllreduce(torch.autograd.Function):

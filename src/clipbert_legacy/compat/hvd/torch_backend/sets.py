@@ -16,9 +16,10 @@ import torch
 import torch.distributed as dist
 
 from clipbert_legacy.compat import launcher_env
-from clipbert_legacy.compat._hvd_process_sets import ProcessSet, global_process_set
-from clipbert_legacy.compat._hvd_torch_controller import Controller, LocalController
-from clipbert_legacy.compat._hvd_torch_exec import Place, execute
+from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
+from clipbert_legacy.compat.hvd.torch_backend.controller import Controller, LocalController
+from clipbert_legacy.compat.hvd.torch_backend.execute import Place, execute
+from clipbert_legacy.compat.hvd.torch_backend.state import STATE
 
 _STORE_WAIT = datetime.timedelta(days=7)  # executor / coordinator waits block; shutdown ends them via the log
 
@@ -42,7 +43,7 @@ class TorchSet:
         return self.rank in self.ranks
 
 
-_S: dict[str, Any] = {"sets": {}, "next_id": 1, "prefix": "", "rank": 0, "size": 1, "device": "cpu"}
+_S: dict[str, Any] = STATE.sets
 
 
 def device() -> str:

@@ -1,16 +1,16 @@
 """`clipbert_legacy.compat.hvd` backend over `torch.distributed` (gloo on CPU, nccl on GPU), for `torchrun`.
 
-The ``horovod.torch`` API with Horovod's semantics, built from these parts:
+The ``horovod.torch`` API with Horovod's semantics, built from the modules of this package:
 
-* ``_hvd_torch_negotiation`` / ``_hvd_torch_controller``: operations matched across ranks by name and
-  checked (shape, dtype, root, op, scale factors, device) as Horovod's coordinator does, through the
-  launcher's TCP store; the executor thread of each process set runs them in one agreed order;
-* ``_hvd_torch_exec``: the collectives themselves, with Horovod's numerics (Average, scale factors,
-  integer and int16 tensors, uneven reducescatter, alltoall splits);
-* ``_hvd_torch_ops``: async operations, handles, ``poll``/``synchronize``; ``_hvd_torch_autograd``: the
-  differentiable forms with Horovod's gradients; ``_hvd_torch_objects``: object collectives;
-* ``_hvd_torch_sets``: process sets as process groups; ``_hvd_torch_optimizer`` + ``_hvd_torch_buckets``:
-  ``DistributedOptimizer`` (fused buckets, sparse gradients, join); ``_hvd_torch_timeline``.
+* ``negotiation`` / ``controller``: operations matched across ranks by name and checked (shape, dtype,
+  root, op, scale factors, device) as Horovod's coordinator does, through the launcher's TCP store; the
+  executor thread of each process set runs them in one agreed order;
+* ``execute``: the collectives themselves, with Horovod's numerics (Average, scale factors, integer and
+  int16 tensors, uneven reducescatter, alltoall splits);
+* ``ops``: async operations, handles, ``poll``/``synchronize``; ``autograd``: the differentiable forms
+  with Horovod's gradients; ``objects``: object collectives;
+* ``sets``: process sets as process groups; ``optimizer`` + ``buckets``: ``DistributedOptimizer`` (fused
+  buckets, sparse gradients, join); ``timeline``; ``peer_watchdog``: a frozen rank ends the job.
 
 This module: start-up and shutdown, the basic queries, ``join``, and the watchdog / exit handling.
 Without a launcher (no WORLD_SIZE in the environment) it runs as a single process: size 1, every
@@ -24,10 +24,11 @@ import sys
 import torch
 import torch.distributed as dist
 
-from clipbert_legacy.compat import _hvd_torch_sets as sets
-from clipbert_legacy.compat import _peer_watchdog, launcher_env
-from clipbert_legacy.compat._hvd_process_sets import global_process_set
-from clipbert_legacy.compat._hvd_torch_autograd import (  # noqa: F401 (the backend's API)
+from clipbert_legacy.compat import launcher_env
+from clipbert_legacy.compat.hvd.process_sets import global_process_set
+from clipbert_legacy.compat.hvd.torch_backend import peer_watchdog as _peer_watchdog
+from clipbert_legacy.compat.hvd.torch_backend import sets as sets
+from clipbert_legacy.compat.hvd.torch_backend.autograd import (  # noqa: F401 (the backend's API)
     allgather,
     allreduce,
     alltoall,
@@ -37,9 +38,13 @@ from clipbert_legacy.compat._hvd_torch_autograd import (  # noqa: F401 (the back
     grouped_reducescatter,
     reducescatter,
 )
-from clipbert_legacy.compat._hvd_torch_buckets import serve_joined
-from clipbert_legacy.compat._hvd_torch_objects import allgather_object, broadcast_object, broadcast_parameters  # noqa: F401
-from clipbert_legacy.compat._hvd_torch_ops import (  # noqa: F401 (the backend's API)
+from clipbert_legacy.compat.hvd.torch_backend.buckets import serve_joined
+from clipbert_legacy.compat.hvd.torch_backend.objects import (  # noqa: F401
+    allgather_object,
+    broadcast_object,
+    broadcast_parameters,
+)
+from clipbert_legacy.compat.hvd.torch_backend.ops import (  # noqa: F401 (the backend's API)
     allgather_async,
     allreduce_,
     allreduce_async,
@@ -60,11 +65,11 @@ from clipbert_legacy.compat._hvd_torch_ops import (  # noqa: F401 (the backend's
     sparse_allreduce_async,
     synchronize,
 )
-from clipbert_legacy.compat._hvd_torch_optimizer import DistributedOptimizer, registered  # noqa: F401 (the backend API)
-from clipbert_legacy.compat._hvd_torch_timeline import start_from_env, start_timeline, stop_timeline  # noqa: F401
+from clipbert_legacy.compat.hvd.torch_backend.optimizer import DistributedOptimizer, registered  # noqa: F401 (the backend API)
+from clipbert_legacy.compat.hvd.torch_backend.state import STATE
+from clipbert_legacy.compat.hvd.torch_backend.timeline import start_from_env, start_timeline, stop_timeline  # noqa: F401
 
-_S = {"rank": 0, "size": 1, "local_rank": 0, "local_size": 1, "group": False, "device": "cpu",
-      "failed": False, "generation": 0}
+_S = STATE.process  # this process: rank, world, groups, device, failure, init generation
 
 
 def init(comm=None, process_sets=None):
@@ -222,7 +227,7 @@ def rocm_built():
 
 
 def busy():
-    """Context: a long operation of this rank alone (a checkpoint save); see ``_peer_watchdog``."""
+    """Context: a long operation of this rank alone (a checkpoint save); see ``peer_watchdog``."""
     return _peer_watchdog.busy()
 
 

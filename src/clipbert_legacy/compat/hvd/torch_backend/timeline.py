@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
-_T: dict[str, Any] = {"prof": None, "path": None, "rank": 0}
+from clipbert_legacy.compat.hvd.torch_backend.state import STATE
+
+_T: dict[str, Any] = STATE.timeline
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:  # noqa: ARG001 (Horovod's signature)

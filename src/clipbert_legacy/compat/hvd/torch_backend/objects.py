@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from clipbert_legacy.compat import _hvd_torch_ops as ops
-from clipbert_legacy.compat._hvd_process_sets import ProcessSet, global_process_set
-from clipbert_legacy.compat._hvd_torch_sets import member
+from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
+from clipbert_legacy.compat.hvd.torch_backend import ops as ops
+from clipbert_legacy.compat.hvd.torch_backend.sets import member
 
 
 def _to_bytes(obj: Any) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """torch backend: run one negotiated operation's collective, with Horovod's numerics.
 
-Called by a process set's executor thread (``_hvd_torch_controller``) with the coordinator's response
+Called by a process set's executor thread (``hvd.torch_backend.controller``) with the coordinator's response
 and this rank's request (None on a rank that has joined: it takes part with zeros, or with no rows
 where an internal allgather allows it). Horovod's definitions kept here:
 
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from clipbert_legacy.compat._hvd_torch_timeline import span
+from clipbert_legacy.compat.hvd.torch_backend.timeline import span
 
 _REDUCE = {"sum": dist.ReduceOp.SUM, "average": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN,
            "max": dist.ReduceOp.MAX, "product": dist.ReduceOp.PRODUCT}
@@ -41,7 +41,7 @@ class Place:
 
 
 def execute(resp: dict, req: Any, place: Place) -> Any:
-    """Run ``resp`` on this rank and return the request's result (see ``_hvd_torch_ops``)."""
+    """Run ``resp`` on this rank and return the request's result (see ``hvd.torch_backend.ops``)."""
     kind = resp["k"]
     tensors = req.tensors if req is not None else _stand_ins(resp, place)
     outputs = req.outputs if req is not None else None

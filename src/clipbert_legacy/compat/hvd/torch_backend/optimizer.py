@@ -1,12 +1,12 @@
 """torch backend: ``hvd.DistributedOptimizer`` (Horovod 0.28.1's arguments and behaviour).
 
-Dense gradients go through the fused buckets (``_hvd_torch_buckets``). Sparse gradients
+Dense gradients go through the fused buckets (``hvd.torch_backend.buckets``). Sparse gradients
 (``nn.Embedding(sparse=True)``) are reduced as Horovod does: their indices and values allgathered
 (``sparse_allreduce_async``), averaged for op=Average, and handed back as a sparse gradient; with
 ``sparse_as_dense=True`` they are densified, reduced in the buckets and turned back into sparse tensors
 before the update. ``groups`` / ``num_groups`` only choose how Horovod batches its allreduces; the
 buckets already fuse them, so they change nothing here (the results are the same).
-Not Horovod's: ``row_sparse`` and ``reduce_to`` (see ``clipbert_legacy.compat._hvd_functions``).
+Not Horovod's: ``row_sparse`` and ``reduce_to`` (see ``clipbert_legacy.compat.hvd.functions``).
 """
 from __future__ import annotations
 
@@ -16,16 +16,17 @@ from typing import Any
 
 import torch
 
-from clipbert_legacy.compat import _hvd_torch_ops as ops
-from clipbert_legacy.compat._compression import Compression
-from clipbert_legacy.compat._hvd_process_sets import global_process_set
-from clipbert_legacy.compat._hvd_torch_autograd import allreduce
-from clipbert_legacy.compat._hvd_torch_buckets import Buckets
-from clipbert_legacy.compat._hvd_torch_objects import allgather_object
-from clipbert_legacy.compat._hvd_torch_sets import device, lookup
-from clipbert_legacy.compat._row_sparse import average_rows
+from clipbert_legacy.compat.hvd.compression import Compression
+from clipbert_legacy.compat.hvd.process_sets import global_process_set
+from clipbert_legacy.compat.hvd.row_sparse import average_rows
+from clipbert_legacy.compat.hvd.torch_backend import ops as ops
+from clipbert_legacy.compat.hvd.torch_backend.autograd import allreduce
+from clipbert_legacy.compat.hvd.torch_backend.buckets import Buckets
+from clipbert_legacy.compat.hvd.torch_backend.objects import allgather_object
+from clipbert_legacy.compat.hvd.torch_backend.sets import device, lookup
+from clipbert_legacy.compat.hvd.torch_backend.state import STATE
 
-_OPTIMIZERS: list[weakref.ref] = []  # global-set optimizers in creation order (the same on every rank)
+_OPTIMIZERS: list[weakref.ref] = STATE.optimizers  # global-set optimizers in creation order (every rank's)
 
 
 def registered(index: int) -> Any:
