@@ -5,6 +5,7 @@ heads, samplers and masks at module level). The stand-ins define those names, so
 make the first *use* fail with one line that names the thing and what to do, never a deep traceback.
 """
 import re
+from typing import NoReturn
 
 from clipbert_legacy.utils.errors import UserError
 
@@ -35,7 +36,7 @@ def not_provided(qualname: str, what: str = "") -> NotProvidedError:
 
 def unsupported_function(qualname: str, what: str = ""):
     """A function named like ``qualname`` that raises :class:`NotProvidedError` when called."""
-    def function(*_args, **_kwargs):
+    def function(*_args, **_kwargs) -> NoReturn:
         raise not_provided(qualname, what)
     function.__name__ = function.__qualname__ = qualname.rsplit(".", 1)[-1]
     function.__doc__ = f"Not provided by the legacy layer: {qualname}."
@@ -45,7 +46,7 @@ def unsupported_function(qualname: str, what: str = ""):
 def unsupported_class(qualname: str, what: str = "", bases=(object,)):
     """A class named like ``qualname`` (so a fork can subclass it at import time) whose construction raises
     :class:`NotProvidedError`."""
-    def __init__(self, *_args, **_kwargs):
+    def __init__(self, *_args, **_kwargs) -> NoReturn:
         raise not_provided(qualname, what)
     name = qualname.rsplit(".", 1)[-1]
     module = qualname.rsplit(".", 1)[0]

@@ -1,5 +1,6 @@
 """detectron2's ``DatasetCatalog`` (name -> function returning the dataset's dicts) and ``MetadataCatalog``
 (name -> ``Metadata``), which forks fill at import time (ClipBERT registers its Visual Genome splits)."""
+from typing import NoReturn
 import types
 
 __all__ = ["DatasetCatalog", "MetadataCatalog", "Metadata"]
@@ -39,7 +40,7 @@ class Metadata(types.SimpleNamespace):
 
     name = "N/A"
 
-    def __getattr__(self, key):
+    def __getattr__(self, key) -> NoReturn:
         raise AttributeError(f"Attribute '{key}' does not exist in the metadata of '{self.name}'. "
                              f"Available keys are {', '.join(self.__dict__)}.")
 

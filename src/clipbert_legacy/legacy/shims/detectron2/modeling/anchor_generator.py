@@ -2,6 +2,7 @@
 ``cell_anchors.<i>``, so they are part of a detectron2 model's state dict and of ClipBERT's checkpoints.
 Generating anchors over an image is detector use and is one clear error."""
 import math
+from typing import NoReturn
 
 import torch
 from torch import nn
@@ -70,7 +71,7 @@ class DefaultAnchorGenerator(nn.Module):
     def num_cell_anchors(self):
         return [len(a) for a in self.cell_anchors]
 
-    def forward(self, features):
+    def forward(self, features) -> NoReturn:
         raise not_provided("detectron2.modeling.anchor_generator.DefaultAnchorGenerator.forward",
                            "anchors over an image")
 

@@ -1,6 +1,7 @@
 """detectron2's ``Box2BoxTransform``: its weights (they size the box predictor); applying deltas is detector
 use and is one clear error."""
 import math
+from typing import NoReturn
 
 from clipbert_legacy.legacy.shims._unsupported import not_provided
 
@@ -14,9 +15,9 @@ class Box2BoxTransform:
         self.weights = tuple(weights)
         self.scale_clamp = scale_clamp
 
-    def get_deltas(self, src_boxes, target_boxes):
+    def get_deltas(self, src_boxes, target_boxes) -> NoReturn:
         raise not_provided("detectron2.modeling.box_regression.Box2BoxTransform.get_deltas", "box regression")
 
-    def apply_deltas(self, deltas, boxes):
+    def apply_deltas(self, deltas, boxes) -> NoReturn:
         raise not_provided("detectron2.modeling.box_regression.Box2BoxTransform.apply_deltas",
                            "box regression")

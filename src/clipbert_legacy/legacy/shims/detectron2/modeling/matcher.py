@@ -1,5 +1,7 @@
 """detectron2's ``Matcher`` (proposal-to-ground-truth assignment): built from the config, as detector heads
 build it; matching boxes is detector training and is one clear error."""
+from typing import NoReturn
+
 from clipbert_legacy.legacy.shims._unsupported import not_provided
 
 __all__ = ["Matcher"]
@@ -17,5 +19,5 @@ class Matcher:
         self.labels = list(labels)
         self.allow_low_quality_matches = allow_low_quality_matches
 
-    def __call__(self, match_quality_matrix):
+    def __call__(self, match_quality_matrix) -> NoReturn:
         raise not_provided("detectron2.modeling.matcher.Matcher.__call__", "matching proposals to boxes")

@@ -1,5 +1,7 @@
 """detectron2's ``ROIPooler``: constructed as the ROI heads construct it (it has no weights); pooling boxes
 is detector use and is one clear error."""
+from typing import NoReturn
+
 from torch import nn
 
 from clipbert_legacy.legacy.shims._unsupported import not_provided
@@ -19,5 +21,5 @@ class ROIPooler(nn.Module):
         self.scales, self.sampling_ratio, self.pooler_type = tuple(scales), sampling_ratio, pooler_type
         self.canonical_box_size, self.canonical_level = canonical_box_size, canonical_level
 
-    def forward(self, x, box_lists):
+    def forward(self, x, box_lists) -> NoReturn:
         raise not_provided("detectron2.modeling.poolers.ROIPooler.forward", f"{self.pooler_type} over boxes")

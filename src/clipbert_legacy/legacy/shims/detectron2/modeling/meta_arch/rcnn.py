@@ -3,6 +3,8 @@
 as at
 commit ffff8ac). ClipBERT calls ``model.backbone(x)`` and ``model.roi_heads.<its own method>`` directly; the
 detector's own forward is one clear error."""
+from typing import NoReturn
+
 import torch
 from torch import nn
 
@@ -42,14 +44,14 @@ class GeneralizedRCNN(nn.Module):
         """``(x - PIXEL_MEAN) / PIXEL_STD`` per channel."""
         return (x - self.pixel_mean.to(x)) / self.pixel_std.to(x)
 
-    def forward(self, batched_inputs):
+    def forward(self, batched_inputs) -> NoReturn:
         raise not_provided(f"{_WHERE}.GeneralizedRCNN.forward",
                            "running the detector; call model.backbone(x)")
 
-    def inference(self, batched_inputs, detected_instances=None, do_postprocess=True):
+    def inference(self, batched_inputs, detected_instances=None, do_postprocess=True) -> NoReturn:
         raise not_provided(f"{_WHERE}.GeneralizedRCNN.inference", "running the detector")
 
-    def preprocess_image(self, batched_inputs):
+    def preprocess_image(self, batched_inputs) -> NoReturn:
         raise not_provided(f"{_WHERE}.GeneralizedRCNN.preprocess_image",
                            "detector input batching (ImageList)")
 

@@ -1,6 +1,8 @@
 """detectron2's RPN as built: ``anchor_generator.cell_anchors.*`` and the head's ``conv``,
 ``objectness_logits`` and ``anchor_deltas`` (so a detectron2 / ClipBERT checkpoint loads key for key);
 proposing boxes is detector use and is one clear error."""
+from typing import NoReturn
+
 from torch import nn
 
 from clipbert_legacy.legacy.shims._unsupported import not_provided
@@ -41,7 +43,7 @@ class StandardRPNHead(nn.Module):
             nn.init.normal_(layer.weight, std=0.01)
             nn.init.constant_(layer.bias, 0)
 
-    def forward(self, features):
+    def forward(self, features) -> NoReturn:
         raise not_provided("detectron2.modeling.proposal_generator.rpn.StandardRPNHead.forward",
                            "region proposals")
 
@@ -71,5 +73,5 @@ class RPN(nn.Module):
         self.anchor_matcher = Matcher(rpn.IOU_THRESHOLDS, rpn.IOU_LABELS, allow_low_quality_matches=True)
         self.rpn_head = build_rpn_head(cfg, shapes)
 
-    def forward(self, images, features, gt_instances=None):
+    def forward(self, images, features, gt_instances=None) -> NoReturn:
         raise not_provided("detectron2.modeling.proposal_generator.rpn.RPN.forward", "region proposals")

@@ -2,6 +2,8 @@
 built
 from the config or from explicit arguments (``@configurable``); its forward (two linear layers) runs, its
 losses and box inference are detector use and are one clear error."""
+from typing import NoReturn
+
 import torch
 from torch import nn
 
@@ -57,17 +59,17 @@ class FastRCNNOutputLayers(nn.Module):
             x = torch.flatten(x, start_dim=1)
         return self.cls_score(x), self.bbox_pred(x)
 
-    def losses(self, predictions, proposals):
+    def losses(self, predictions, proposals) -> NoReturn:
         raise not_provided(f"{_WHERE}.FastRCNNOutputLayers.losses", "Fast R-CNN losses")
 
-    def inference(self, predictions, proposals):
+    def inference(self, predictions, proposals) -> NoReturn:
         raise not_provided(f"{_WHERE}.FastRCNNOutputLayers.inference", "box inference")
 
-    def predict_boxes_for_gt_classes(self, predictions, proposals):
+    def predict_boxes_for_gt_classes(self, predictions, proposals) -> NoReturn:
         raise not_provided(f"{_WHERE}.FastRCNNOutputLayers.predict_boxes_for_gt_classes", "box regression")
 
-    def predict_boxes(self, predictions, proposals):
+    def predict_boxes(self, predictions, proposals) -> NoReturn:
         raise not_provided(f"{_WHERE}.FastRCNNOutputLayers.predict_boxes", "box regression")
 
-    def predict_probs(self, predictions, proposals):
+    def predict_probs(self, predictions, proposals) -> NoReturn:
         raise not_provided(f"{_WHERE}.FastRCNNOutputLayers.predict_probs", "box inference")

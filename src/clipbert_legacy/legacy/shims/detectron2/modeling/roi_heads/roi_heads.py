@@ -3,6 +3,8 @@
 project's bottleneck blocks + ``box_predictor``) and ``StandardROIHeads`` (``box_pooler``, ``box_head``,
 ``box_predictor``). The modules and their keys are detectron2's; running the heads on proposals is detector
 use and is one clear error."""
+from typing import NoReturn
+
 from torch import nn
 
 from clipbert_legacy.legacy.shims._unsupported import not_provided
@@ -54,13 +56,13 @@ class ROIHeads(nn.Module):
                              f"{missing} output (MODEL.RESNETS.OUT_FEATURES={sorted(input_shape)})")
         self.proposal_matcher = Matcher(h.IOU_THRESHOLDS, h.IOU_LABELS, allow_low_quality_matches=False)
 
-    def label_and_sample_proposals(self, proposals, targets):
+    def label_and_sample_proposals(self, proposals, targets) -> NoReturn:
         raise not_provided(f"{_WHERE}.ROIHeads.label_and_sample_proposals", "detector training")
 
-    def forward(self, images, features, proposals, targets=None):
+    def forward(self, images, features, proposals, targets=None) -> NoReturn:
         raise not_provided(f"{_WHERE}.{type(self).__name__}.forward", "running ROI heads on proposals")
 
-    def forward_with_given_boxes(self, features, instances):
+    def forward_with_given_boxes(self, features, instances) -> NoReturn:
         raise not_provided(f"{_WHERE}.{type(self).__name__}.forward_with_given_boxes", "box inference")
 
 
@@ -99,7 +101,7 @@ class Res5ROIHeads(ROIHeads):
                             stride_in_1x1=r.STRIDE_IN_1X1)
         return nn.Sequential(*blocks), out_channels
 
-    def _shared_roi_transform(self, features, boxes):
+    def _shared_roi_transform(self, features, boxes) -> NoReturn:
         raise not_provided(f"{_WHERE}.Res5ROIHeads._shared_roi_transform", "ROI pooling")
 
 
@@ -138,5 +140,5 @@ class StandardROIHeads(ROIHeads):
         if self.keypoint_on:
             raise not_provided(f"{_WHERE}.StandardROIHeads keypoint head", "MODEL.KEYPOINT_ON=True")
 
-    def _forward_box(self, features, proposals):
+    def _forward_box(self, features, proposals) -> NoReturn:
         raise not_provided(f"{_WHERE}.StandardROIHeads._forward_box", "running the box head on proposals")
