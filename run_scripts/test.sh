@@ -3,7 +3,7 @@
 #   ./run_scripts/test.sh                 # everything
 #   ./run_scripts/test.sh tests/test_hvd.py -k torchrun   # extra args go to pytest
 #   ./run_scripts/test.sh -m "not multiprocess"            # skip the horovodrun/torchrun tests
-#   PYTEST_WORKERS=2 ./run_scripts/test.sh                 # two xdist workers (default 0: one process)
+#   PYTEST_WORKERS=0 ./run_scripts/test.sh                 # one pytest process (default 2: two xdist workers)
 # The env is VENV_DIR (default <repo>/.venv; /opt/venv in the Docker image), as in setup_env.sh.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,9 +18,10 @@ echo "[test.sh] ruff check (config: pyproject.toml)"
 "$VENV_DIR/bin/ruff" check "$REPO"
 lint_rc=$?
 [ "$lint_rc" -eq 0 ] || echo "[test.sh] ERROR: ruff found problems (see above; 'ruff check --fix' fixes some)" >&2
-# PYTEST_WORKERS=N: N xdist workers, the multi-process tests and the files sharing data/demo kept on one
-# worker (tests/conftest.py: the "serial" group); default 0: one process, the way CI has always run it
-"$VENV_DIR/bin/python" -m pytest -n "${PYTEST_WORKERS:-0}" --dist loadgroup "$@"
+# PYTEST_WORKERS=N (default 2): N xdist workers, the multi-process tests and the files sharing data/demo kept
+# one after another on one worker (tests/conftest.py: the "serial" group; tests/test_xdist_groups.py checks
+# it reaches the workers); PYTEST_WORKERS=0: one process
+"$VENV_DIR/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -10,6 +10,12 @@ import pytest
 
 from tests import mp_utils
 
+try:
+    from _pytest.nodeid import NodeId  # pytest >= 9.2
+except ImportError:
+    NodeId = None
+from tests.leftovers import pytest_configure, pytest_sessionfinish  # noqa: F401 (the run's hooks: no survivors)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -38,6 +44,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:  # with pytest-xdist (test.sh: -n 2 --dist loadgroup), see SERIAL_FILES
         if item.get_closest_marker("multiprocess") or item.path.name in SERIAL_FILES:
             item.add_marker(pytest.mark.xdist_group("serial"))
+            _group_in_node_id(config, item, "serial")
+
+
+def _group_in_node_id(config, item, group):
+    """On an xdist worker (``--dist loadgroup``): the group as the node id's suffix, which is what the
+    controller schedules by. pytest-xdist 3.8 writes it to ``item._nodeid``, which pytest >= 9.2 no longer
+    reads (the node id is the structured ``item._id``): without this every "serial" test was scheduled
+    alone, beside the other worker (tests/test_xdist_groups.py)."""
+    if getattr(config.option, "loadgroup", False) and NodeId is not None and isinstance(
+            getattr(item, "_id", None), NodeId) and "@" not in item.nodeid:
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(scope="module")

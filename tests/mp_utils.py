@@ -3,14 +3,17 @@
 Every launch has a hard timeout so that a hang fails the test instead of stalling CI.
 """
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+PORT_TAKEN = "cannot listen on 127.0.0.1:"  # compat.loopback: the launcher's store port was taken
 
 
 def free_port():
@@ -46,10 +49,16 @@ def run_horovod(args, np=2, timeout=180, env=None, cwd=None):
 
 
 def run_torchrun(args, np=2, timeout=180, env=None, cwd=None):
-    """Run `torchrun --nproc_per_node N <args...>` (static rendezvous on a free port)."""
-    cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "torchrun", "--nproc_per_node", str(np),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + [str(a) for a in args]
-    return _run(cmd, timeout, env, cwd)
+    """Run `torchrun --nproc_per_node N <args...>` (static rendezvous on a free port). The port is free
+    when chosen; another job on the machine may take it before the launcher listens there (then the
+    launcher fails at once, before any worker started): a new port, up to 3 times."""
+    for _ in range(3):
+        cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "torchrun", "--nproc_per_node",
+               str(np), "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *map(str, args)]
+        proc = _run(cmd, timeout, env, cwd)
+        if not (proc.returncode and PORT_TAKEN in proc.stderr and "Address already in use" in proc.stderr):
+            break
+    return proc
 
 
 def run_python(args, timeout=180, env=None, cwd=None):
@@ -65,6 +74,31 @@ def _run(cmd, timeout, env, cwd):
         err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
         raise AssertionError(f"command timed out after {timeout}s: {' '.join(cmd)}\n"
                              f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}") from None
+
+
+# A failure test's timing: a worker prints ``at t=<time.time()>`` where it fails, and the test measures from
+# there to the job's end (the launcher's reaction), not the start-up, which a busy machine stretches.
+ENDED_WITHIN_S = 45  # the launcher ends a failed 2-process job in a few seconds on an idle machine
+
+
+def seconds_since_failure(text, ended_at):
+    """Seconds from the worker's ``at t=...`` mark in ``text`` to ``ended_at`` (the job's end)."""
+    marks = re.findall(r"at t=(\d+\.\d+)", text)
+    assert marks, f"no worker printed its failure time ('at t=...'):\n{text[-3000:]}"
+    return ended_at - float(marks[0])
+
+
+def wait_until(pred, what, timeout=300, proc=None):
+    """Poll ``pred`` until true; fails saying ``what`` it waited for (or that ``proc`` ended first). The
+    default suits a process's start-up and first steps: seconds idle, minutes on a busy machine."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if proc is not None and proc.poll() is not None:
+            out = proc.stdout.read()[-3000:] if proc.stdout else ""
+            raise AssertionError(f"the worker ended (status {proc.returncode}) before {what}:\n{out}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout}s for {what}")
+        time.sleep(0.01)
 
 
 def check(proc):

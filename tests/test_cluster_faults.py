@@ -301,16 +301,16 @@ def _pid_alive(pid):
 
 @pytest.mark.multiprocess
 def test_frozen_rank_under_torchrun_ends_the_job_within_a_minute(tmp_path):
-    t0 = time.time()
-    p = mp_utils.run_torchrun([WORKERS / "stall_rank.py", tmp_path / "run", 1, 3, "stop"], timeout=150,
+    p = mp_utils.run_torchrun([WORKERS / "stall_rank.py", tmp_path / "run", 1, 3, "stop"], timeout=300,
                               env={"TOY_DIST_BACKEND": "torch", "DIST_PEER_TIMEOUT_S": "20"})
-    elapsed = time.time() - t0
     text = p.stdout + p.stderr
+    elapsed = mp_utils.seconds_since_failure(text, time.time())
     assert p.returncode != 0 and "rank 1 stalls (stop) at step 3" in text, text[-3000:]
     lines = [ln for ln in text.splitlines() if "has not responded for" in ln]
     assert len(lines) == 1 and lines[0].startswith("error: rank 1 (host "), text[-3000:]
     assert "(DIST_PEER_TIMEOUT_S=20); ending the job" in lines[0]
-    assert elapsed < 75, f"the job took {elapsed:.0f}s to end"
+    # the watchdog's 20 s of silence, then the launcher's end of the job
+    assert elapsed < 20 + mp_utils.ENDED_WITHIN_S, f"the job ended {elapsed:.0f}s after rank 1 froze"
     pid = int(text.split("at step 3, pid ")[1].split()[0])
     assert not _pid_alive(pid)  # the stopped worker is not left behind
 

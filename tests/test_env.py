@@ -16,7 +16,8 @@ def test_setup_env_second_run_is_fast_noop():
     dt = time.time() - t
     assert p.returncode == 0, p.stderr
     assert "environment up to date" in p.stdout
-    assert dt < 30, f"second setup_env.sh run took {dt:.1f}s"
+    # the no-op is a few imports (about 5 s idle); anything it would install takes minutes
+    assert dt < 90, f"second setup_env.sh run took {dt:.1f}s"
 
 
 def test_horovod_built_with_gloo_and_horovodrun_on_path():

@@ -17,7 +17,10 @@ from tests import gpu_node
 PARTS = ["1_env.json", "2_amp_o2.json", "3_bf16.json", "4_amp_oracle.json", "5_cuda_tests.json",
          "6_loader.json", "7_horovod.json"]
 # torchrun and horovodrun jobs; not marked cuda: CI (./run_scripts/test.sh) runs it on every submission
-pytestmark = pytest.mark.multiprocess
+# pytest's own limit (600 s a test) would end the fixture's venv and pip install first on a busy machine
+# (it did at 600 s): the limit is the sum of the steps' own limits (venv 300 s, pip 1500 s, the bundle
+# 600 s, the node's run 300 s), each of which names what it waited for
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300 + 1500 + 600 + 300)]
 NOT_ON_THE_NODE = {"av", "lmdb", "ujson", "tensorboardx", "scikit_video", "cloudpickle"}
 
 

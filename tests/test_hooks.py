@@ -185,15 +185,14 @@ def test_hook_raising_on_one_rank_ends_the_job(tmp_path, launcher):
     if launcher == "horovod" and not mp_utils.horovodrun_available():
         pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
     run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
-    t0 = time.time()
-    p = run(["tests/workers/hook_raise.py", tmp_path / "out", 1, 3], timeout=120,
+    p = run(["tests/workers/hook_raise.py", tmp_path / "out", 1, 3], timeout=300,
             env={"DIST_BACKEND": launcher})
-    elapsed = time.time() - t0
     out = p.stdout + p.stderr
+    elapsed = mp_utils.seconds_since_failure(out, time.time())
     assert p.returncode != 0, out[-3000:]
     assert "hook failed on rank 1 at step 3" in out
     assert "finished training" not in out
-    assert elapsed < 60, f"the job took {elapsed:.0f}s to end"
+    assert elapsed < mp_utils.ENDED_WITHIN_S, f"the job ended {elapsed:.0f}s after the hook raised"
 
 
 def test_a_user_hook_stops_the_run_through_the_state(tmp_path):

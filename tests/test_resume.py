@@ -32,9 +32,7 @@ def test_kill9_then_rerun_resumes_bitwise(tmp_path):
                             env=mp_utils._env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     restore = os.path.join(r, "ckpt", "restore.pt")
-    deadline = time.time() + 60
-    while not os.path.exists(restore) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
+    mp_utils.wait_until(lambda: os.path.exists(restore), f"the first restore file {restore}", proc=proc)
     time.sleep(0.15)  # a few more steps, so the kill lands between (or during) restore saves
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)

@@ -95,6 +95,21 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path):
     assert max(history(first)) == 7 and min(history(second)) == 8 and max(history(second)) == 16
 
 
+def test_the_run_file_is_complete_when_training_returns(tmp_path):
+    """In a process that goes on after the training (a notebook, a sweep, this test): when ``main`` returns,
+    W&B's service has written the run's file to the end (every step's history row, the exit record last)
+    and has stopped, so nothing is written after the caller reads it (issue 46: a resumed run's history
+    was once read empty on a busy machine)."""
+    from wandb.sdk import wandb_setup
+    out = tmp_path / "run"
+    assert main("shared", ToyTask, toy_argv(out, wandb_project="clipbert-test", wandb_mode="offline")) == 0
+    (run_file,) = run_files(out)
+    kinds = [r.WhichOneof("record_type") for r in wandb_records(run_file)]
+    assert kinds[-1] == "exit", kinds[-5:]
+    assert sorted(history(run_file)) == list(range(1, 17))
+    assert wandb_setup._singleton is None, "W&B's service still runs after the training returned"
+
+
 def test_missing_wandb_warns_once_and_trains(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     caplog.set_level(logging.WARNING)

@@ -222,9 +222,7 @@ def test_kill9_under_zero_stage_2_resumes_to_the_unsharded_weights(tmp_path):
     proc = subprocess.Popen(cmd, cwd=str(mp_utils.REPO), env=mp_utils._env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     restore = r / "ckpt" / "restore.pt"
-    deadline = time.time() + 120
-    while not restore.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.01)
+    mp_utils.wait_until(restore.exists, f"the first restore file {restore}", proc=proc)
     time.sleep(0.3)  # a few more steps, so the kill lands between (or during) restore saves
     for pid in [proc.pid] + _descendants(proc.pid):  # the launcher and both ranks (own process groups)
         os.kill(pid, signal.SIGKILL)

@@ -6,6 +6,7 @@ the rank dies by SIGKILL instead (no exception, no clean-up: a node lost or an O
 import os
 import signal
 import sys
+import time
 
 import torch
 
@@ -24,8 +25,10 @@ class RaiseOnRank(Hook):
     def after_step(self, trainer, result):
         if trainer.rank == self.rank and trainer.global_step == self.step:
             if KILL:
-                print(f"rank {trainer.rank} kills itself at step {trainer.global_step}", flush=True)
+                print(f"rank {trainer.rank} kills itself at step {trainer.global_step} "
+                      f"at t={time.time():.3f}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
+            print(f"rank {trainer.rank} raises at t={time.time():.3f}", flush=True)
             raise RuntimeError(f"hook failed on rank {trainer.rank} at step {trainer.global_step}")
 
 

@@ -1,6 +1,6 @@
 """Worker for tests/test_hvd_api.py: checks of the horovod.torch API (``--modes``, run in order in one job),
 under horovodrun (real Horovod) or torchrun (the torch backend); each rank writes ``OUT/<mode><rank>.json``
-(or ``.pt``).
+(or ``.pt``), or ``OUT/<mode><rank>.error`` (the traceback) when the check raised, and then stops.
 
 Modes:
   autograd  a loss computed on ``hvd.allgather`` of every rank's features; writes the parameter
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import time
+import traceback
 
 import torch
 import torch.nn.functional as F
@@ -189,13 +190,18 @@ def main():
     torch.set_num_threads(1)
     hvd.init()
     for mode in a.modes.split(","):  # one job, several checks: each leaves the job usable
-        if mode == "ops":
-            from tests.workers.hvd_api_ops import run_checks
-            json.dump(run_checks(hvd), open(os.path.join(a.out, f"ops{hvd.rank()}.json"), "w"))
-        elif mode in MODES:
-            globals()[mode](a, hvd.rank(), hvd.size())
-        else:
+        if mode not in MODES:
             raise SystemExit(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
+        try:
+            if mode == "ops":
+                from tests.workers.hvd_api_ops import run_checks
+                json.dump(run_checks(hvd), open(os.path.join(a.out, f"ops{hvd.rank()}.json"), "w"))
+            else:
+                globals()[mode](a, hvd.rank(), hvd.size())
+        except Exception:  # that check's test reports it; the ranks may now disagree: no further check
+            with open(os.path.join(a.out, f"{mode}{hvd.rank()}.error"), "w") as f:
+                f.write(traceback.format_exc())
+            raise
     print(json.dumps({"rank": hvd.rank(), "size": hvd.size(), "backend": hvd.backend_name()}), flush=True)
 
 

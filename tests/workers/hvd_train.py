@@ -6,6 +6,7 @@ equals the single-process gradient on the whole global batch (run with size 1 an
 import argparse
 import json
 import os
+import time
 
 import torch
 
@@ -28,6 +29,7 @@ def main():
 
     if a.mode == "raise":
         if r == 1:
+            print(f"rank 1 raises at t={time.time():.3f}", flush=True)
             raise RuntimeError("rank 1 fails on purpose")
         hvd.allreduce(torch.ones(3))  # rank 0 would wait here forever without the launcher's help
         return

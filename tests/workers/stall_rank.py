@@ -25,7 +25,8 @@ class Stall(Hook):
     def after_step(self, trainer, result):
         if trainer.rank != RANK or trainer.global_step != STEP:
             return
-        print(f"rank {RANK} stalls ({MODE}) at step {STEP}, pid {os.getpid()}", flush=True)
+        print(f"rank {RANK} stalls ({MODE}) at step {STEP}, pid {os.getpid()} at t={time.time():.3f}",
+              flush=True)
         if MODE == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
         elif MODE == "gil":

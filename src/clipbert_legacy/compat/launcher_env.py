@@ -99,6 +99,28 @@ def job_identity() -> dict[str, str]:
     return values if all(values.values()) else {}
 
 
+@dataclass(frozen=True)
+class HorovodRendezvous:
+    """horovodrun's Gloo rendezvous server for this worker, and this worker's place in the job."""
+
+    addr: str
+    port: int
+    rank: int
+    size: int
+    timeout_s: float  # horovodrun --gloo-timeout-seconds
+
+
+def horovod_rendezvous() -> HorovodRendezvous | None:
+    """Where Horovod's Gloo rendezvous goes (``HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT``), None without one."""
+    if "HOROVOD_GLOO_RENDEZVOUS_ADDR" not in os.environ:
+        return None
+    return HorovodRendezvous(addr=os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+                             port=int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]),
+                             rank=int(os.environ.get("HOROVOD_RANK", "0")),
+                             size=int(os.environ.get("HOROVOD_SIZE", "1")),
+                             timeout_s=float(os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "30")))
+
+
 def horovod_elastic() -> bool:
     """Started by ``horovodrun`` in elastic mode (``--min-np/--max-np``)."""
     return os.environ.get("HOROVOD_ELASTIC") == "1"

@@ -172,11 +172,18 @@ class WandbLogger(Writer):
             self._drop(e)
 
     def close(self):
+        """Finish the run and, unless another W&B run is active in this process, stop W&B's service:
+        ``run.finish()`` returns before the service has written the run's file to the end (a training
+        run inside a longer-lived process, a test, read it incomplete: issue 46); stopping the service
+        waits until it has, as W&B's own exit hook does when the process ends."""
         if self.run is not None:
             run, self.run = self.run, None
             try:
                 run.finish()
-            except Exception as e:
+                import wandb
+                if wandb.run is None:
+                    wandb.teardown()
+            except (Exception, SystemExit) as e:  # teardown exits on a failed service: never the training
                 logger.warning("W&B could not finish its run (%s: %s)", type(e).__name__, e)
 
 

@@ -11,6 +11,7 @@ import horovod.torch as _h
 import torch
 from horovod.torch import mpi_ops as _mpi_ops
 
+from clipbert_legacy.compat.hvd import horovod_rendezvous
 from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
 from clipbert_legacy.compat.hvd.row_sparse import average_rows
 
@@ -49,6 +50,7 @@ CPU_CYCLE_TIME_MS = "20"
 
 def init(comm=None, process_sets=None):
     _cpu_cycle_time()
+    horovod_rendezvous.prepare()  # after an hvd.shutdown(): a rendezvous of its own (issue 46)
     if isinstance(process_sets, (list, tuple)):  # static process sets: ours become Horovod's
         theirs = [_h.ProcessSet(p.ranks) if isinstance(p, ProcessSet) else p for p in process_sets]
         _h.init(comm=comm, process_sets=theirs)

@@ -122,22 +122,27 @@ def _restart_safe_store(world, timeout):
 
 
 def _leave_together():
-    """At a clean interpreter exit: wait (10 s at most) until every rank is leaving, then tear the
-    group down. A rank that exited while its peers' gloo threads still held connections to it made
-    one of them abort at exit ("terminate called without an active exception", SIGABRT) in about
-    every other 2-process run here, after all the work was done. After an uncaught exception, or if a
-    peer does not arrive, nothing is waited for: the launcher ends the job."""
-    _peer_watchdog.stop()  # a clean exit: peers stop watching this rank
-    if _S["failed"] or not (_S["group"] and dist.is_initialized()):
-        return
-    sets.announce_leave()  # a peer still waiting on this rank gets Horovod's "shut down" error, not a hang
-    if dist.get_backend() != "gloo":
-        return
+    """At interpreter exit (an atexit function): wait (10 s at most) until every rank is leaving, then
+    tear the group down. A rank that exited while its peers' gloo threads still held connections to it
+    made one of them abort at exit ("terminate called without an active exception", SIGABRT). After an
+    uncaught exception, or if a peer does not arrive, nothing is waited for: the launcher ends the job.
+    Whatever happened, this rank's own threads (peer watchdog, every set's executor and coordinator)
+    end before the interpreter finalizes: a daemon thread whose store call returns after that aborts the
+    process the same way, also after a finished run (issue 46)."""
     try:
-        dist.monitored_barrier(timeout=datetime.timedelta(seconds=10))
-    except Exception:  # a peer is gone or stuck: leave without tearing down
-        return
-    shutdown()
+        _peer_watchdog.stop()  # a clean exit: peers stop watching this rank
+        if _S["failed"] or not (_S["group"] and dist.is_initialized()):
+            return
+        sets.announce_leave()  # a peer waiting on this rank gets Horovod's "shut down" error, not a hang
+        if dist.get_backend() != "gloo":
+            return
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=10))
+        except Exception:  # a peer is gone or stuck: leave without tearing down
+            return
+        shutdown()
+    finally:
+        sets.stop_threads()
 
 
 def _note_failure(exc_type, exc, tb, _previous=sys.excepthook):

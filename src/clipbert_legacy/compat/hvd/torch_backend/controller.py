@@ -16,7 +16,11 @@ outside the set, with one warning line naming the key; an executor that reads a 
 coordinator's waits for the coordinator's to replace it.
 
 Store waits block without timeouts (no polling); ``shutdown`` ends the threads through the log (every
-member's ``LEAVE``, then the coordinator's ``STOP``). A stall monitor logs, every
+member's ``LEAVE``, then the coordinator's ``STOP``). At process exit, when the peers do not all leave,
+``stop_threads`` wakes this rank's own threads (a ``WAKE`` event in the log for its coordinator, a
+``STOP`` written where its executor waits, if the coordinator wrote nothing there) and joins them: a
+thread still blocked in a store call when the interpreter finalizes aborts the process once the call
+returns ("terminate called without an active exception", SIGABRT, issue 46). A stall monitor logs, every
 ``HOROVOD_STALL_CHECK_TIME_SECONDS`` (60 s, Horovod's variable), the operations some ranks submitted and
 others did not, naming the missing ranks. A set of one rank (or a job of one process) negotiates locally:
 no store, no threads.
@@ -37,6 +41,7 @@ from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, ST
 logger = logging.getLogger(__name__)
 
 _DELETE_BATCH = 16  # schedule entries the coordinator's executor removes from the store at a time
+WAKE = "WAKE"  # a rank's own event in the log: its coordinator thread ends if the rank is stopping
 
 
 class Request:
@@ -99,6 +104,8 @@ class Controller(LocalController):
         self._store = store_factory()
         self._closed = self._left = False
         self._seq = 0  # this rank's events, numbered: the coordinator refuses a replayed one
+        self._stopping = threading.Event()
+        self._next = 1  # the schedule entry the executor reads next
         self._negotiation = Negotiation(self.ranks)
         self._threads = [threading.Thread(target=self._execute_loop, args=(store_factory(),), daemon=True,
                                           name=f"hvd-executor-{prefix}")]
@@ -137,8 +144,26 @@ class Controller(LocalController):
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        self.stop_threads()  # a member that never left: this rank's threads end anyway
         with self._lock:
             _fail_all(self._pending, "Horovod has been shut down")
+
+    def stop_threads(self, timeout: float = 10.0) -> bool:
+        """End this rank's threads now, whatever the others do; returns whether they all ended."""
+        self._stopping.set()
+        deadline = time.monotonic() + timeout
+        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
+            try:
+                if self._threads[-1].is_alive() and self.rank == self.coordinator:
+                    self._log({"r": self.rank, "n": WAKE, "k": WAKE, "m": {}})
+                if self._threads[0].is_alive():  # only where the coordinator has not written the entry
+                    entry = f"{self.prefix}s{self._next}"
+                    self._store.compare_set(entry, "", seal(entry, {"k": STOP, "n": STOP}))
+            except Exception:  # the launcher's store is gone: the blocked calls fail on their own
+                pass
+            for t in self._threads:
+                t.join(min(0.5, max(0.0, deadline - time.monotonic())))
+        return not any(t.is_alive() for t in self._threads)
 
     def _coordinate_loop(self, store: Any) -> None:
         monitor = threading.Thread(target=self._stall_monitor, daemon=True, name=f"hvd-stall-{self.prefix}")
@@ -148,6 +173,10 @@ class Controller(LocalController):
             while True:
                 event = unseal(key, store.queue_pop(key))  # blocks until a rank submits
                 if not self._acceptable(key, event, last_seq):
+                    continue
+                if event["k"] == WAKE:  # stop_threads: this rank's coordinator is to end
+                    if self._stopping.is_set():
+                        return
                     continue
                 for resp in self._negotiation_step(key, event):
                     store.set(f"{self.prefix}s{j}", seal(f"{self.prefix}s{j}", resp))
@@ -184,6 +213,7 @@ class Controller(LocalController):
         j = undeleted = 1
         try:
             while True:
+                self._next = j
                 resp = self._response(store, f"{self.prefix}s{j}")
                 if resp["k"] == STOP:
                     self._lost(None)
@@ -225,8 +255,7 @@ class Controller(LocalController):
         if every <= 0:
             return
         seen: dict[str, float] = {}
-        while not self._closed:
-            time.sleep(min(every, 5.0))
+        while not self._closed and not self._stopping.wait(min(every, 5.0)):
             now = time.monotonic()
             with self._lock:
                 pending = self._negotiation.pending()

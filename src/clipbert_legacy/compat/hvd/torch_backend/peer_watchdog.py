@@ -83,14 +83,17 @@ def start(rank: int, world: int) -> bool:
     return True
 
 
-def stop() -> None:
-    """This rank leaves normally: peers stop watching it, the thread ends."""
-    store = _W["store"]
+def stop(timeout: float = 15.0) -> None:
+    """This rank leaves normally: peers stop watching it, the thread ends and is joined (a thread still
+    in a store call when the interpreter finalizes aborts the process: issue 46)."""
+    store, thread = _W["store"], _W["thread"]
     if store is not None:
         with contextlib.suppress(Exception):
             _set(store, f"{_W['prefix']}done{_W['rank']}", 1)
     _W["stop"].set()
     _W.update(store=None, thread=None)
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout)
 
 
 @contextlib.contextmanager

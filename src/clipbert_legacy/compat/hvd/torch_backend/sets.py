@@ -135,6 +135,15 @@ def announce_leave() -> None:
             tset.controller.announce_leave()
 
 
+def stop_threads(timeout: float = 10.0) -> bool:
+    """At exit: end every set's threads on this rank now (see ``Controller.stop_threads``)."""
+    ended = True
+    for tset in list(_S["sets"].values()):
+        if isinstance(tset.controller, Controller):
+            ended = tset.controller.stop_threads(timeout) and ended
+    return ended
+
+
 def close_all(timeout: float = 10.0) -> None:
     """Leave every set (``shutdown``): the global set last."""
     for set_id in sorted(_S["sets"], reverse=True):

@@ -1,0 +1,89 @@
+"""pytest plugin (tests/conftest.py loads its hooks): no process started during a test run outlives it.
+
+At start-up the run marks its environment (``CLIPBERT_TEST_RUN=<id>``; pytest-xdist's workers inherit the
+controller's mark), so every process started under it carries the mark, also one that a launcher
+started and that was re-parented when the launcher died. At the end of the run (in the controller,
+after pytest-xdist ended its workers) any marked process still alive ``GRACE_S`` later is listed, killed,
+and fails the run (exit status 1).
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import psutil
+import pytest
+
+MARK = "CLIPBERT_TEST_RUN"
+GRACE_S = 15.0  # what a process a test just ended (SIGTERM, then its launcher's clean-up) may still need
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or the only process): a mark of its own
+        os.environ[MARK] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def survivors(mark: str, grace_s: float = GRACE_S) -> list[psutil.Process]:
+    """The processes carrying ``mark``, and this process's descendants, that are still alive after
+    ``grace_s`` seconds (this process and its ancestors excluded; zombies are dead)."""
+    own = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    deadline = time.monotonic() + grace_s
+    while True:
+        found = [p for p in _children() if p.pid not in own]  # also those given an environment of their own
+        for proc in psutil.process_iter():
+            if proc.pid in {p.pid for p in found}:
+                continue
+            if proc.pid in own:
+                continue
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARK) == mark:
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def _children() -> list[psutil.Process]:
+    alive = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.Error:
+            continue
+    return alive
+
+
+def describe(proc: psutil.Process) -> str:
+    try:
+        age = time.time() - proc.create_time()
+        return f"pid {proc.pid} (parent {proc.ppid()}, {age:.0f} s old): {' '.join(proc.cmdline())[:300]}"
+    except psutil.Error:
+        return f"pid {proc.pid} (gone meanwhile)"
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own pytest_sessionfinish ended its workers
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput") or MARK not in os.environ:
+        return
+    left = survivors(os.environ[MARK])
+    if not left:
+        return
+    lines = [describe(p) for p in left]
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    text = (f"{len(left)} process(es) started during this test run outlived it (now killed); the tests that "
+            "start them must end them:\n  " + "\n  ".join(lines))
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.write_line(text, red=True, bold=True)
+    else:
+        print(text)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
