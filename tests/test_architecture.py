@@ -33,7 +33,10 @@ ALLOWED = {
     "tasks": {"compat", "utils", "config", "datasets", "modeling", "optimization", "evaluation",
               "training"},
 }
-ALLOWED["entry"] = set(ALLOWED) | {"tasks", "preprocessing"}  # ``__main__`` modules: python -m <pkg>.x
+# the legacy layer (ClipBERT-lineage forks) may use everything; nothing uses it
+ALLOWED["legacy"] = set(ALLOWED)
+# ``__main__`` modules: python -m <pkg>.x
+ALLOWED["entry"] = set(ALLOWED) | {"tasks", "preprocessing"}
 
 
 def _modules():
@@ -140,9 +143,12 @@ def test_function_and_file_sizes():
 
 @pytest.mark.parametrize("top", ["src", "tests", "benchmarks", "tools"])
 def test_no_sys_path_shims(top):
-    """The project is installed (pip install -e .): nothing edits sys.path to find it."""
+    """The project is installed (pip install -e .): nothing edits sys.path to find it. The one exception is
+    the legacy launcher, whose job is to put a user's *fork* first on the path, as ``python SCRIPT`` would."""
     offenders = []
     for f in (REPO / top).rglob("*.py"):
+        if f == SRC / "legacy" / "launcher.py":
+            continue
         for node in ast.walk(ast.parse(f.read_text())):
             if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
                     and node.value.id == "sys"):

@@ -6,6 +6,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from clipbert_legacy.utils.errors import CheckpointError
 from clipbert_legacy.utils.load_save import LoadSummary, load_state_dict_with_mismatch
 
 
@@ -79,5 +80,5 @@ def test_fp16_checkpoint_loads_into_fp32_model():
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.pt"):
         load_state_dict_with_mismatch(_net(), str(tmp_path / "nope.pt"))
-    with pytest.raises(ValueError, match="expected a state dict"):
+    with pytest.raises(CheckpointError, match="holds a list, not a state dict"):
         load_state_dict_with_mismatch(_net(), [1, 2])

@@ -87,6 +87,18 @@ def torchrun_agent_store() -> bool:
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 
+JOB_IDENTITY_VARS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+"""What every worker of one ``torchrun`` job has alike in its environment (and no other process of the
+user has all of, while the job holds the port): the proof of a job's process without ``CLIPBERT_JOB_TOKEN``
+(``compat._store_auth.is_job_process``)."""
+
+
+def job_identity() -> dict[str, str]:
+    """This process's values of :data:`JOB_IDENTITY_VARS` ({} when any is missing: not a torchrun worker)."""
+    values = {k: os.environ.get(k, "") for k in JOB_IDENTITY_VARS}
+    return values if all(values.values()) else {}
+
+
 @dataclass(frozen=True)
 class HorovodRendezvous:
     """horovodrun's Gloo rendezvous server for this worker, and this worker's place in the job."""

@@ -15,9 +15,15 @@ server gets a socket bound to the loopback (``TCPStore(master_listen_fd=...)``),
 binds 127.0.0.1, and the workers' Gloo sockets use interface ``lo`` (``GLOO_SOCKET_IFNAME``,
 ``--network-interface lo``). A job that names another host is refused (exit 2): across machines the
 ports must be on a private network or behind a firewall (docs/scaling_out.md).
+
+The workers also get a fresh random ``CLIPBERT_JOB_TOKEN`` (kept when already set): the torch backend
+seals its store values with it and the watchdog signals only processes whose environment holds it
+(``clipbert_legacy.compat._store_auth``), so another local user who writes the store cannot steer the job
+or make it kill an unrelated process.
 """
 import ipaddress
 import os
+import secrets
 import socket
 import sys
 import traceback
@@ -133,6 +139,8 @@ def main(argv: list) -> None:
         print("usage: python -m clipbert_legacy.compat.loopback {torchrun|horovodrun} LAUNCHER_ARGS...",
               file=sys.stderr)
         sys.exit(2)
+    from clipbert_legacy.compat._store_auth import TOKEN_ENV
+    os.environ.setdefault(TOKEN_ENV, secrets.token_hex(16))  # inherited by every worker, never in the store
     try:
         (torchrun if argv[0] == "torchrun" else horovodrun)(argv[1:])
     except Exception as e:  # reported as the launcher reports it (its traceback, exit 1), without this module

@@ -14,6 +14,9 @@ from clipbert_legacy.utils.errors import clip, shown
 
 MAX_CONFIG_BYTES = 4 * 2 ** 20
 MAX_DEPTH = 32
+MAX_INT_DIGITS = 30
+"""Digits an integer of a config may have (step counts and seeds have at most 20): a 4,000-digit one
+overflowed the float conversion of a check, a 5,000-digit one Python's int parser (both tracebacks)."""
 
 
 def load_json_object(path: str, what: str = "--config") -> dict:
@@ -29,7 +32,8 @@ def load_json_object(path: str, what: str = "--config") -> dict:
                           f"({MAX_CONFIG_BYTES} bytes); is it the right file?")
     try:
         text = raw.decode("utf-8-sig")  # a BOM is not part of the JSON
-        data = json.loads(text, object_pairs_hook=lambda pairs: _unique(pairs, name))
+        data = json.loads(text, object_pairs_hook=lambda pairs: _unique(pairs, name),
+                          parse_int=lambda digits: _int(digits, name))
     except UnicodeDecodeError as e:
         raise ConfigError(f"{name}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except json.JSONDecodeError as e:
@@ -41,6 +45,14 @@ def load_json_object(path: str, what: str = "--config") -> dict:
         raise ConfigError(f"{name}: expected a JSON object of options, got {type(data).__name__}")
     _check_depth(data, name)
     return data
+
+
+def _int(digits: str, name: str) -> int:
+    """``parse_int``: a JSON integer of at most MAX_INT_DIGITS digits."""
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise ConfigError(f"{name}: an integer of {len(digits.lstrip('-'))} digits ({clip(digits, 20)}); a "
+                          f"config value has at most {MAX_INT_DIGITS}")
+    return int(digits)
 
 
 def _unique(pairs: list, name: str) -> dict:

@@ -78,6 +78,20 @@ class BadVideosError(UserError, RuntimeError):
                          f"fix or remove them, or pass --skip_bad_videos 1 to evaluate without them")
 
 
+class BadReason(str):
+    """A bad video's reason ('too_large', ...) that carries its one-line message (``detail``) from the loader
+    worker to the main process, which logs it (once per key and epoch: ``BadVideoLog.record_bad_videos``);
+    equal to the plain reason string everywhere else."""
+
+    def __new__(cls, reason: str, detail: str = ""):
+        out = super().__new__(cls, reason)
+        out.detail = detail
+        return out
+
+    def __reduce__(self):  # to the main process through the loader's queue
+        return BadReason, (str(self), self.detail)
+
+
 class BadVideoLog:
     """Bad-video bookkeeping of a dataset (the loader reports each batch's failures in the main
     process): per-pass summaries, and in evaluation a failure unless ``skip_bad_videos``."""
@@ -85,12 +99,20 @@ class BadVideoLog:
     def init_bad_video_log(self, name, is_train, skip_bad_videos):
         self.name, self.is_train, self.skip_bad_videos = name, is_train, bool(skip_bad_videos)
         self._bad_seen = []  # (key, reason) recorded in this (main) process via record_bad_videos
+        self._bad_logged = set()  # keys logged this epoch: a key drawn again (training) is not logged again
         self.last_pass_bad = []  # sorted (key, reason) of the last finished pass (evaluation reports them)
         self._epoch = 0
 
     def record_bad_videos(self, bad):
-        """Called in the main process (by PrefetchLoader) with the batch's [(key, reason)]."""
-        self._bad_seen.extend(tuple(b) for b in bad)
+        """Called in the main process (by PrefetchLoader) with the batch's [(key, reason)]; logs each key
+        once per epoch (every loader worker may draw it, training may draw it again as a replacement)."""
+        for b in bad:
+            key, reason = b[0], b[1]
+            self._bad_seen.append((key, str(reason)))
+            if key not in self._bad_logged:
+                self._bad_logged.add(key)
+                logger.warning("%s: bad video %r (%s): %s", self.name, key, reason,
+                               getattr(reason, "detail", ""))
 
     def bad_video_report(self, reset=True, log=True):
         """Summary of bad videos recorded since the last reset: {count, by_reason, keys}."""
@@ -109,6 +131,7 @@ class BadVideoLog:
                 logger.info("%s epoch %d: 0 bad videos", self.name, self._epoch)
         if reset:
             self._bad_seen = []
+            self._bad_logged = set()
             self._epoch += 1
         return report
 
@@ -192,9 +215,8 @@ class VideoDatasetBase(BadVideoLog, Dataset):
         """(frames, None) or (None, reason_string); logs the failure with the key."""
         try:
             return self.load_video(vid_id), None
-        except VideoDecodeError as e:
-            logger.warning("%s: bad video %r (%s): %s", self.name, vid_id, e.reason, e)
-            return None, e.reason
+        except VideoDecodeError as e:  # logged by the main process (record_bad_videos), once per epoch
+            return None, BadReason(e.reason, str(e))
 
     def load_item(self, index, build):
         """``build(index) -> (item, None) | (None, (key, reason))``: training replaces a bad video

@@ -30,12 +30,9 @@ decoder's own `max_pixels` guards a header that lies) is refused with reason 'to
 keeps at most `WINDOW_KEEP_BYTES` of decoded frames: a longer one is decoded once for its timestamps
 and again for the picked frames only (:func:`decode_window`; same frames).
 """
-import io
 import math
 import random
-from dataclasses import dataclass
 
-import av
 import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
@@ -49,108 +46,17 @@ from clipbert_legacy.datasets.packet_window import (
     scan_windows,
     tail_max_pts,
 )
+from clipbert_legacy.datasets.video_open import (  # noqa: F401 (the decoder's public names, kept here)
+    StreamInfo,
+    VideoDecodeError,
+    check_frame,
+    decoder_max_pixels,
+    open_container,
+    stream_info,
+)
 
 WINDOW_KEEP_BYTES = 64 * 2 ** 20  # decoded frames a window keeps before it re-decodes for the picks
 _THREE_CLIPS = ("start", "middle", "end")
-
-
-class VideoDecodeError(Exception):
-    """A video could not yield frames. `reason` is one of REASONS; str() is a one-line message."""
-
-    REASONS = ("empty", "open_failed", "no_video_stream", "decode_failed", "no_frames",
-               "too_short", "too_large", "aspect_ratio", "missing_key")
-
-    def __init__(self, reason, message):
-        assert reason in self.REASONS, reason
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass
-class StreamInfo:
-    """Container metadata ClipBERT's decoder relies on (values as PyAV reports them)."""
-    fps: float
-    frames_length: int
-    duration: object  # int (stream time_base units) or None
-
-
-def _is_iso_bmff(buf):
-    """Whether the bytes start with an ISO base media 'ftyp' box (mp4, mov, 3gp): FFmpeg's mov demuxer."""
-    return isinstance(buf, (bytes, bytearray, memoryview)) and bytes(buf[4:8]) == b"ftyp"
-
-
-# Probe options for ISO BMFF H.264: FFmpeg's stream probe reads packets and decodes frames until it knows
-# the pixel format and the reordering delay (7 frames of a stream without B-frames: ~10 ms at 720p); the
-# mp4 header already gives the decoder what it needs (avcC, and the delay from the ctts box), and the
-# decoder learns the pixel format from the first frame it decodes. `noparse`: no H.264 parser per packet
-# (a third of the demuxer's time; it re-derives what the mov index gives). Packets and frames: tested equal.
-_LIGHT_PROBE = {"container_options": {"probesize": "32", "analyzeduration": "0", "fflags": "+noparse"},
-                "stream_options": [{"skip_frame": "all"}] * 8}
-
-
-def _open_mp4(stream_io, limit):
-    """mp4/mov bytes with FFmpeg's mov demuxer (the one its format probe picks for them); H.264
-    streams without FFmpeg's stream probe (see _LIGHT_PROBE), anything else with it."""
-    container = av.open(stream_io, format="mp4", metadata_errors="ignore", options=limit, **_LIGHT_PROBE)
-    video = container.streams.video
-    cc = video[0].codec_context if video else None
-    if cc is not None and cc.name == "h264" and cc.width > 0 and cc.height > 0:
-        return container
-    container.close()
-    stream_io.seek(0)
-    return av.open(stream_io, format="mp4", metadata_errors="ignore", options=limit)
-
-
-def open_container(video_bytes, multi_thread_decode=False, max_frame_pixels=MAX_FRAME_PIXELS):
-    """Open bytes (or a file-like object) with PyAV; raise VideoDecodeError('empty'|'open_failed'|
-    'no_video_stream'|'too_large'). A frame size above `max_frame_pixels` (0: no limit) is refused from
-    the header before any frame is decoded, and the decoder refuses larger frames too."""
-    if isinstance(video_bytes, (bytes, bytearray, memoryview)):
-        if len(video_bytes) == 0:
-            raise VideoDecodeError("empty", "video has 0 bytes")
-        stream_io = io.BytesIO(video_bytes)
-    else:
-        stream_io = video_bytes
-        if hasattr(stream_io, "getbuffer") and stream_io.getbuffer().nbytes == 0:
-            raise VideoDecodeError("empty", "video has 0 bytes")
-    # FFmpeg's probe decodes a frame or two: max_pixels keeps it from allocating a huge one (with slack:
-    # FFmpeg checks its aligned buffer sizes, e.g. 128x128 for a 96x96 frame)
-    limit = {"max_pixels": str(2 * int(max_frame_pixels) + 2 ** 16)} if max_frame_pixels else None
-    container = None
-    # bytes themselves, not stream_io.getbuffer(): on BytesIO(bytes) that copies the whole file
-    head = video_bytes if stream_io is not video_bytes else getattr(stream_io, "getbuffer", lambda: None)()
-    if _is_iso_bmff(head):
-        try:  # the demuxer FFmpeg's probe picks for these files anyway; skipping the probe saves ~0.5 ms
-            container = _open_mp4(stream_io, limit)
-        except Exception:
-            stream_io.seek(0)
-    try:
-        container = container or av.open(stream_io, metadata_errors="ignore", options=limit)
-    except Exception as e:  # PyAV raises many FFmpeg error types (InvalidDataError, EOFError, ...)
-        raise VideoDecodeError("open_failed", f"cannot open video container: {type(e).__name__}: {e}") from e
-    if not container.streams.video:
-        container.close()
-        raise VideoDecodeError("no_video_stream", "container has no video stream")
-    cc = container.streams.video[0].codec_context
-    if max_frame_pixels and cc.width * cc.height > max_frame_pixels:
-        container.close()
-        raise VideoDecodeError("too_large", f"frame size {cc.width}x{cc.height} ({cc.width * cc.height} "
-                                            f"pixels) is above max_frame_pixels={max_frame_pixels}")
-    if limit:
-        cc.options = limit
-    if multi_thread_decode:
-        container.streams.video[0].thread_type = "AUTO"
-    else:  # one thread: FFmpeg's default (0: one per core) starts slice threads on every open (~0.1 ms)
-        cc.thread_count = 1
-    return container
-
-
-def stream_info(container):
-    st = container.streams.video[0]
-    fps = float(st.average_rate) if st.average_rate else 0.0
-    if fps <= 0 and st.guessed_rate:
-        fps = float(st.guessed_rate)
-    return StreamInfo(fps=fps, frames_length=int(st.frames or 0), duration=st.duration)
 
 
 def get_start_end_idx(video_size, clip_size, clip_idx, num_clips):
@@ -368,14 +274,19 @@ def _safeguard_max_pts(container, duration):
     return stream_max_pts(container)
 
 
-def _rgb_converter():
+def _rgb_converter(max_frame_pixels=MAX_FRAME_PIXELS):
     """frame -> uint8 (H, W, 3) RGB, `frame.to_ndarray(format="rgb24")`'s pixels through one single-threaded
-    swscale context per request (to_ndarray makes one, with a thread per core, per frame: 40 of 70 us)."""
+    swscale context per request (to_ndarray makes one, with a thread per core, per frame: 40 of 70 us);
+    a frame above ``max_frame_pixels`` is refused before it is converted (:func:`check_frame`)."""
     reformatter = VideoReformatter()
-    return lambda frame: reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+
+    def convert(frame):
+        check_frame(frame.width, frame.height, max_frame_pixels)
+        return reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+    return convert
 
 
-def _decode_fast(container, info, plans, num_frames, target_fps):
+def _decode_fast(container, info, plans, num_frames, target_fps, max_frame_pixels=MAX_FRAME_PIXELS):
     """plans: [(clip_idx, start_pts, end_pts)] -> per clip a list of uint8 (H, W, 3) frames, or None
     where the fast path could not serve the clip (the caller runs the reference for it)."""
     try:
@@ -388,18 +299,20 @@ def _decode_fast(container, info, plans, num_frames, target_fps):
         picks.append((seg, [window[i] for i in idx]))
     cc = container.streams.video[0].codec_context
     got = [{} for _ in segments]
-    convert = _rgb_converter()
+    convert = _rgb_converter(max_frame_pixels)
     try:
         for n, seg in enumerate(segments):
             wanted = [p for s, ps in picks if s == n for p in ps]
             got[n] = decode_segment(cc, seg, wanted, convert)
+    except VideoDecodeError:
+        raise  # a frame above max_frame_pixels: the video is bad whatever path decodes it
     except Exception:
         pass  # corrupt stream: the reference path decides what happened
     return [[got[s][p] for p in ps] if ps and all(p in got[s] for p in ps) else None
             for s, ps in picks]
 
 
-def _decode_planned_clips(container, info, calls, num_frames, target_fps):
+def _decode_planned_clips(container, info, calls, num_frames, target_fps, max_frame_pixels=MAX_FRAME_PIXELS):
     """The fast path of :func:`decode_clips`: plan every window first (same random draws, in clip
     order, as the reference), decode only the picked frames, and run the reference path for any clip
     the fast path could not serve (same window)."""
@@ -410,7 +323,7 @@ def _decode_planned_clips(container, info, calls, num_frames, target_fps):
             c.get("safeguard_duration", False), video_max_pts,
             lambda: _safeguard_max_pts(container, info.duration))
         plans.append((c["clip_idx"], start_pts, end_pts))
-    clips = _decode_fast(container, info, plans, num_frames, target_fps)
+    clips = _decode_fast(container, info, plans, num_frames, target_fps, max_frame_pixels)
     for k, arr in enumerate(clips):
         if arr is None:  # reference path for this clip, same window
             clip_idx, start_pts, end_pts = plans[k]
@@ -423,16 +336,19 @@ def _decode_planned_clips(container, info, calls, num_frames, target_fps):
     return clips
 
 
-def _as_tchw(clips):
+def _as_tchw(clips, max_frame_pixels=MAX_FRAME_PIXELS):
     """Copy the clips' (H, W, 3) frames once into one (N, H, W, 3) buffer and return it as a
     (N, 3, H, W) view: a channel-first copy costs more than the RGB conversion itself at 720p, and
     the consumers (resize, float conversion, collate) read any stride."""
-    return torch.from_numpy(_stack([f for clip in clips for f in clip])).permute(0, 3, 1, 2)
+    return torch.from_numpy(_stack([f for clip in clips for f in clip], max_frame_pixels)).permute(0, 3, 1, 2)
 
 
-def _stack(frames):
-    """np.stack of (H, W, 3) frames; frames of different sizes (the size changes inside the stream)
-    make a bad video, not a crash."""
+def _stack(frames, max_frame_pixels=MAX_FRAME_PIXELS):
+    """np.stack of (H, W, 3) frames; a frame above ``max_frame_pixels`` (an in-band size change the header
+    did not show) and frames of different sizes (the size changes inside the stream) make a bad video,
+    not a crash."""
+    for f in frames:
+        check_frame(f.shape[1], f.shape[0], max_frame_pixels)
     sizes = {f.shape[:2] for f in frames}
     if len(sizes) > 1:
         raise VideoDecodeError("decode_failed", "the frame size changes inside the video: "
@@ -473,7 +389,7 @@ def decode_clips(video_bytes, num_frames, target_fps, n_clips=1, mode="strategy"
             clips = decode_all_path(container, info, calls, num_frames, target_fps,
                                     min_video_frames=min_video_frames)
         elif fast:
-            clips = _decode_planned_clips(container, info, calls, num_frames, target_fps)
+            clips = _decode_planned_clips(container, info, calls, num_frames, target_fps, max_frame_pixels)
         else:
             video_max_pts = None
             for k, c in enumerate(calls):
@@ -485,7 +401,7 @@ def decode_clips(video_bytes, num_frames, target_fps, n_clips=1, mode="strategy"
                     video_max_pts = vmp
     finally:
         container.close()
-    return _as_tchw(clips)
+    return _as_tchw(clips, max_frame_pixels)
 
 
 def decode_all_frames(video_bytes):

@@ -65,6 +65,26 @@ class FrozenBatchNorm2d(_BatchNorm):
     def extra_repr(self):
         return f"{self.num_features}, eps={self.eps}"
 
+    @classmethod
+    def convert_frozen_batchnorm(cls, module):
+        """detectron2's converter: ``module`` with every BatchNorm2d / SyncBatchNorm in it replaced by a
+        FrozenBatchNorm2d holding its statistics and affine (the module itself when it is one)."""
+        if isinstance(module, (nn.BatchNorm2d, nn.SyncBatchNorm)) and not isinstance(module, cls):
+            frozen = cls(module.num_features, eps=module.eps)
+            with torch.no_grad():
+                if module.affine:
+                    frozen.weight.copy_(module.weight.detach())
+                    frozen.bias.copy_(module.bias.detach())
+                if module.running_mean is not None:
+                    frozen.running_mean.copy_(module.running_mean)
+                    frozen.running_var.copy_(module.running_var)
+            return frozen
+        for name, child in module.named_children():
+            new_child = cls.convert_frozen_batchnorm(child)
+            if new_child is not child:
+                module.add_module(name, new_child)
+        return module
+
 
 def _make_norm(norm, channels):
     if norm == "FrozenBN":

@@ -18,6 +18,7 @@ from clipbert_legacy.config.json_file import load_json_object
 from clipbert_legacy.modeling.backbone import GridFeatBackbone, build_resnet
 from clipbert_legacy.modeling.clipbert import ClipBert, ClipBertTransformer
 from clipbert_legacy.modeling.heads import make_head
+from clipbert_legacy.modeling.model_config_check import check_model_config
 from clipbert_legacy.utils.pretrained_paths import resolve_path
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ def load_model_config(path: str) -> tuple[BertConfig, dict]:
                 "vocab_size"):
         if key not in values:
             raise KeyError(f"model_config {path!r} lacks {key!r} (a BertConfig field)")
+    check_model_config(values, path)  # fields and values BertConfig really has (one ConfigError line)
     if values["hidden_size"] % values["num_attention_heads"]:
         raise ValueError(f"model_config {path!r}: hidden_size={values['hidden_size']} is not a multiple "
                          f"of num_attention_heads={values['num_attention_heads']}")

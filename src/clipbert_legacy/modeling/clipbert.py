@@ -246,14 +246,14 @@ class ClipBert(nn.Module):
         that fits little of its part is an error unless ``allow_unmatched`` (``check_weights_match``)."""
         if cnn_weights_path:
             path = resolve_path(cnn_weights_path)
-            sd = map_cnn_keys(unwrap_state_dict(load_state_dict_file(path)))
+            sd = map_cnn_keys(unwrap_state_dict(load_state_dict_file(path), path))
             self.load_summaries["cnn"] = load_state_dict_with_mismatch(
                 self.cnn, sd, ignore_prefixes=tuple("feature." + p for p in _CNN_IGNORE), source=path)
             check_weights_match(self.load_summaries["cnn"], self.cnn, path, "cnn_weights_path",
                                 allow_unmatched)
         if bert_weights_path:
             path = find_weights_file(local_path(bert_weights_path, "bert_weights_path"))
-            mapped = map_bert_keys(unwrap_state_dict(load_state_dict_file(path)))
+            mapped = map_bert_keys(unwrap_state_dict(load_state_dict_file(path), path))
             self.load_summaries["bert"] = load_state_dict_with_mismatch(
                 self.transformer, mapped, ignore_prefixes=BERT_IGNORE_PREFIXES, source=path)
             check_weights_match(self.load_summaries["bert"], self.transformer, path, "bert_weights_path",
@@ -268,7 +268,7 @@ class ClipBert(nn.Module):
         sd, source = path_or_state_dict, None
         if not isinstance(sd, dict):
             source = resolve_path(sd)
-            sd = unwrap_state_dict(load_state_dict_file(source))
+            sd = unwrap_state_dict(load_state_dict_file(source), source)
         sd = itm_as_retrieval_classifier(sd, self)
         self.load_summaries["e2e"] = load_state_dict_with_mismatch(
             self, sd, ignore_prefixes=E2E_IGNORE_PREFIXES, source=source)

@@ -21,6 +21,7 @@ import torch
 import clipbert_legacy.compat.hvd as hvd
 from clipbert_legacy.utils.errors import CheckpointError, UnsafeFileError, write_error
 from clipbert_legacy.utils.safe_load import torch_load
+from clipbert_legacy.utils.safe_open import open_inside
 
 logger = logging.getLogger(__name__)
 
@@ -34,13 +35,16 @@ def _atomic_write(path: str, write, keep_previous_as: str | None = None, need_by
     free space and the space needed (``need_bytes``)."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
+        # never through a link planted at the temp name; the renames replace names, never follow them
+        with os.fdopen(open_inside(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        if keep_previous_as is not None and os.path.exists(path):
+        if keep_previous_as is not None and os.path.lexists(path):
             os.replace(path, keep_previous_as)
         os.replace(tmp, path)
+    except UnsafeFileError:
+        raise
     except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
         with contextlib.suppress(OSError):
             os.remove(tmp)
@@ -131,6 +135,10 @@ def load_model_weights(model, state_dict: dict, path: str, fix: str) -> None:
     own = model.state_dict()
     if not isinstance(state_dict, dict):
         raise CheckpointError(f"{path} holds a {type(state_dict).__name__}, not model weights; {fix}")
+    bad = next((k for k in state_dict if not isinstance(k, str)), None)
+    if bad is not None:
+        raise CheckpointError(f"{path} is not model weights: its key {str(bad)[:60]!r} is a "
+                              f"{type(bad).__name__}, not a parameter name; {fix}")
     missing = [k for k in own if k not in state_dict]
     unexpected = [k for k in state_dict if k not in own]
     shapes = [f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)} here" for k, v in own.items()
@@ -175,7 +183,7 @@ class TrainingRestorer:
         self.loaded_from: str | None = None  # the file load() returned
 
     def exists(self):
-        return os.path.exists(self.path) or os.path.exists(self.backup)
+        return os.path.lexists(self.path) or os.path.lexists(self.backup)
 
     def save(self, state):
         os.makedirs(self.dir, exist_ok=True)
@@ -185,17 +193,18 @@ class TrainingRestorer:
         """The newest readable restore state, or None when there is none (fresh run)."""
         errors = []
         for p in (self.path, self.backup):
-            if not os.path.exists(p):
+            if not os.path.lexists(p):
                 continue
             try:
-                state = torch_load(p, _REFUSED_FIX, numpy_arrays=True)  # numpy: RNG states written before
+                # numpy: RNG states written before; never through a link (the run writes none there)
+                state = torch_load(p, _REFUSED_FIX, numpy_arrays=True, follow_symlinks=False)
                 if not isinstance(state, dict) or "global_step" not in state:
                     raise ValueError("not a restore file (no global_step)")
             except UnsafeFileError:
                 raise  # not damage: someone else's file; neither it nor the backup is trusted to resume
             except Exception as e:  # a truncated/corrupt file: try the backup
                 logger.warning("restore file %s is unreadable (%s); trying the backup", p, e)
-                errors.append(f"{p}: {e}")
+                errors.append(str(e) if str(e).startswith(p) else f"{p}: {e}")
                 continue
             if p == self.backup:
                 logger.warning("resuming from the backup restore file %s", p)

@@ -52,6 +52,7 @@ from clipbert_legacy.training.checkpoint_files import ModelSaver, atomic_write_t
 from clipbert_legacy.training.contracts import Hook
 from clipbert_legacy.training.metrics_log import MetricsLog, read_metrics
 from clipbert_legacy.training.run_state import ValidationRecord
+from clipbert_legacy.utils.safe_open import remove_inside
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +173,9 @@ class StepCheckpoints(Hook):
         keep = checkpoints_to_keep(steps, history, metric_mode(name, trainer.cfg.best_metric_mode),
                                    self.keep_last_k, self.keep_top_k, {trainer.state.best.step})
         for step in sorted(set(steps) - keep):
-            os.remove(self.saver.path(step))
+            # only files of this run (a step it validated) and regular files (remove_inside: never a link)
+            if step not in self.history or not remove_inside(self.saver.path(step)):
+                continue
             logger.info("removed %s (keep_last_k %d, keep_top_k %d)", self.saver.path(step),
                         self.keep_last_k, self.keep_top_k)
 

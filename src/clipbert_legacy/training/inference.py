@@ -98,7 +98,7 @@ def _model_from_weights_file(cfg, task):
     path = cfg.e2e_weights_path
     try:
         model = task.build_model(cfg)  # loads e2e_weights_path (clipbert_legacy.modeling.build)
-    except UnsafeFileError:
+    except CheckpointError:  # already one line naming the file
         raise
     except (RuntimeError, EOFError, OSError, ValueError) as e:
         raise CheckpointError(f"{path} is unreadable ({one_line(e)}); it may be a truncated save") from e
@@ -118,10 +118,12 @@ def _model_from_run(cfg, task):
     try:
         another = f" and pick another --inference_model_step (available: {others})" if others else ""
         sd = torch_load(path, f"the training run writes it as tensors only: if you did not put it there, "
-                              f"delete it{another}")
+                              f"delete it{another}", follow_symlinks=False)
     except UnsafeFileError:
         raise
-    except Exception as e:  # truncated/corrupt file: torch raises RuntimeError/EOFError/UnpicklingError
+    except CheckpointError as e:  # truncated/corrupt file: one line naming it, and the other steps
+        raise CheckpointError(f"{e}; or pick another --inference_model_step (available: {others})") from e
+    except Exception as e:
         raise CheckpointError(f"{path} is unreadable ({one_line(e)}); it may be a truncated save: "
                               f"pick another --inference_model_step (available: {others})") from e
     load_model_weights(model, sd, path, f"the model is built from {cfg.output_dir}/log/args.json: pick "

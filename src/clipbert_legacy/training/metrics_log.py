@@ -15,6 +15,7 @@ import time
 
 from clipbert_legacy.training.checkpoint_files import atomic_write_text
 from clipbert_legacy.utils.errors import RunDirError, write_error
+from clipbert_legacy.utils.safe_open import open_inside
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,8 @@ class MetricsLog:
         row = {"split": split, "step": step, "epoch": epoch, "time": round(time.time(), 3)}
         row.update({k: (v if math.isfinite(v) else str(v)) for k, v in metrics.items()})
         try:
-            with open(self.path, "a") as f:
+            # never through a link planted at the name (clipbert_legacy.utils.safe_open)
+            with os.fdopen(open_inside(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a") as f:
                 f.write(json.dumps(row) + "\n")
         except OSError as e:
             raise write_error(self.path, e) from e

@@ -6,6 +6,10 @@ earlier run left there unless the user asks for it.
   the same directory stops at once, naming the holder.
 * **Interrupted saves.** ``ckpt/*.tmp<pid>`` files left by a killed save are deleted at start (the lock
   guarantees no other run is writing them).
+* **Inside the folder.** ``log/`` and ``ckpt/`` must be real directories, and no entry in them a symbolic
+  link (the run writes and deletes files there, and never makes a link); the lock file is opened with
+  ``O_NOFOLLOW``; deletions take regular files of the names this project writes only
+  (:mod:`clipbert_legacy.utils.safe_open`). Anything else is one :class:`UnsafeFileError` line naming it.
 * **Rerun policy** (``--existing_run``), decided before anything in the directory is written:
 
   ``resume`` (default)  the stored ``log/args.json`` must match this run's settings (keys that do not
@@ -21,10 +25,10 @@ earlier run left there unless the user asks for it.
 from __future__ import annotations
 
 import fcntl
-import glob
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import sys
@@ -36,12 +40,14 @@ from clipbert_legacy.training.batch_size_finder import FOUND_KEYS
 from clipbert_legacy.training.checkpoint_files import model_step_path
 from clipbert_legacy.training.metrics_log import read_metrics
 from clipbert_legacy.training.plan import CLIPBERT_DERIVED_KEYS
-from clipbert_legacy.utils.errors import RunDirError
+from clipbert_legacy.utils.errors import RunDirError, UnsafeFileError
+from clipbert_legacy.utils.safe_open import check_real_dir, open_inside, remove_inside
 
 logger = logging.getLogger(__name__)
 
 POLICIES = ("resume", "extend", "restart")
 LOCK_NAME = ".run.lock"
+INTERRUPTED_SAVE = re.compile(r".+\.tmp\d+")  # checkpoint._atomic_write's temp names: <file>.tmp<pid>
 
 
 def setting_differences(stored: dict, current: dict) -> dict[str, tuple]:
@@ -85,6 +91,7 @@ class RunDirectory:
         an earlier run: 'new', 'resume', 'extend' or 'restart'."""
         self._make_dirs()
         self._lock()
+        self._refuse_links()
         self._remove_interrupted_saves()
         if not os.path.exists(self.args_path):
             return "new"
@@ -174,12 +181,25 @@ class RunDirectory:
             except OSError as e:
                 raise RunDirError(f"cannot create {d}: {e.strerror or e}; give a writable "
                                   f"--output_dir") from e
+            check_real_dir(d, f"{os.path.basename(d)}/ of the output folder")
             if not os.access(d, os.W_OK):
                 raise RunDirError(f"{d} is not writable; give a writable --output_dir")
 
+    def _refuse_links(self) -> None:
+        """No symbolic link in ``log/`` or ``ckpt/``: the run writes, renames and deletes files there and
+        never makes a link, so one found there was planted (writing through it would reach outside)."""
+        for d in (self.log_dir, self.ckpt_dir):
+            for entry in os.scandir(d):
+                if entry.is_symlink():
+                    raise UnsafeFileError(
+                        f"{entry.path} was refused: it is a symbolic link (to {os.readlink(entry.path)!r}) "
+                        f"in the run's {os.path.basename(d)}/ folder, where this project writes only plain "
+                        f"files; "
+                        f"writing or cleaning up through it would reach outside {self.dir}. Delete it")
+
     def _lock(self) -> None:
         path = os.path.join(self.dir, LOCK_NAME)
-        f = open(path, "a+")
+        f = os.fdopen(open_inside(path, os.O_RDWR | os.O_CREAT), "r+")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -196,11 +216,13 @@ class RunDirectory:
         self._lock_file = f
 
     def _remove_interrupted_saves(self) -> None:
-        tmp = [p for p in glob.glob(os.path.join(self.ckpt_dir, "*.tmp*")) if os.path.isfile(p)]
+        """Delete the temp files of interrupted saves: regular files named ``<file>.tmp<pid>`` only."""
+        tmp = [e.path for e in os.scandir(self.ckpt_dir)
+               if INTERRUPTED_SAVE.fullmatch(e.name) and e.is_file(follow_symlinks=False)]
         if tmp:
-            size = sum(os.path.getsize(p) for p in tmp)
+            size = sum(os.lstat(p).st_size for p in tmp)
             for p in tmp:
-                os.remove(p)
+                remove_inside(p)
             logger.warning("removed %d file(s) of interrupted checkpoint saves (%.1f MB) from %s", len(tmp),
                            size / 2 ** 20, self.ckpt_dir)
 

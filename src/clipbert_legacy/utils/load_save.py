@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from clipbert_legacy.utils.errors import CheckpointError
+from clipbert_legacy.utils.errors import CheckpointError, one_line, shown
 from clipbert_legacy.utils.safe_load import load_pickle_weights, torch_load
+from clipbert_legacy.utils.safe_open import ends_on_sigterm, open_regular
 
 logger = logging.getLogger(__name__)
 
@@ -93,28 +94,48 @@ def load_state_dict_file(path):
     both cases without running code from the file (clipbert_legacy.utils.safe_load):
     ``torch.load(weights_only=True)``,
     and for .pkl an unpickler that admits numpy arrays and plain containers only."""
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"checkpoint file {path!r} does not exist; check the *_weights_path option")
     if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-        return load_file(path, device="cpu")
+        return _load_safetensors(path)
     if path.endswith(".pkl"):
-        data = unwrap_state_dict(load_pickle_weights(path))
+        data = unwrap_state_dict(load_pickle_weights(path), path)
         return {k: torch.as_tensor(np.asarray(v)) for k, v in data.items()
                 if isinstance(v, (np.ndarray, np.generic)) and np.asarray(v).dtype.kind in "biufc"}
     return torch_load(path, "re-save it as a plain state dict (torch.save(model.state_dict(), ...)) where it "
                             "was made, or use the file as its publisher released it")
 
 
-def unwrap_state_dict(obj):
-    """Strip the usual wrappers ({'model': sd}, {'state_dict': sd}, restore.pt's model_state_dict)."""
+def _load_safetensors(path: str) -> dict:
+    """A ``.safetensors`` file (a regular file: clipbert_legacy.utils.safe_open); whatever ``safetensors``
+    refuses (a header that lies, offsets out of the file, a truncated file) is one CheckpointError line."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    with open_regular(path):
+        pass  # refuses a FIFO or a device before safetensors maps it
+    try:
+        with ends_on_sigterm():
+            return load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"{path} is not a readable .safetensors file ({one_line(e)[:300]}); it may be "
+                              f"truncated or damaged: download or convert it again") from e
+
+
+def unwrap_state_dict(obj, source: str = "<state dict>"):
+    """Strip the usual wrappers ({'model': sd}, {'state_dict': sd}, restore.pt's model_state_dict). What is
+    left must map names (strings) to values, else one :class:`CheckpointError` line naming ``source``."""
     while isinstance(obj, dict):
         inner = next((obj[k] for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
         if inner is None or any(isinstance(v, torch.Tensor) for v in obj.values()):
             break
         obj = inner
     if not isinstance(obj, dict):
-        raise ValueError(f"expected a state dict (mapping name -> tensor), got {type(obj).__name__}")
+        raise CheckpointError(f"{source} holds a {type(obj).__name__}, not a state dict (a mapping name -> "
+                              f"tensor); give a file of model weights")
+    bad = next((k for k in obj if not isinstance(k, str)), None)
+    if bad is not None:
+        raise CheckpointError(f"{source} is not a state dict: its key {shown(bad)} is a "
+                              f"{type(bad).__name__}, not a parameter name; give a file of model weights")
     return obj
 
 
@@ -129,10 +150,10 @@ def load_state_dict_with_mismatch(model, loaded_state_dict_or_path, ignore_prefi
     """
     if isinstance(loaded_state_dict_or_path, (str, os.PathLike)):
         source = os.fspath(loaded_state_dict_or_path)
-        loaded = unwrap_state_dict(load_state_dict_file(source))
+        loaded = unwrap_state_dict(load_state_dict_file(source), source)
     else:
         source = source or "<state dict>"
-        loaded = unwrap_state_dict(loaded_state_dict_or_path)
+        loaded = unwrap_state_dict(loaded_state_dict_or_path, source)
     own = model.state_dict()
     summary = LoadSummary()
     to_load = {}

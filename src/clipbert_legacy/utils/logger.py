@@ -45,6 +45,13 @@ class _RunLogFile(logging.FileHandler):
 
     _reported = False
 
+    def _open(self):
+        """Opened with ``O_NOFOLLOW``: a link planted at log.txt is one error line, not a write through it."""
+        from clipbert_legacy.utils.safe_open import open_inside
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in self.mode else os.O_TRUNC)
+        return os.fdopen(open_inside(self.baseFilename, flags), self.mode, encoding=self.encoding,
+                         errors=self.errors)
+
     def handleError(self, _record):
         if not self._reported:
             self._reported = True

@@ -21,6 +21,9 @@ def _select_backend() -> types.ModuleType | None:
     except Exception as e:
         raise RuntimeError(f"AMP_BACKEND=apex but legacy apex.amp is not importable ({e}); unset "
                            "AMP_BACKEND to use the native implementation") from e
+    if apex_amp.__name__ == __package__:  # the legacy layer serves this very package as apex.amp
+        raise RuntimeError("AMP_BACKEND=apex but no real apex.amp is installed (apex.amp is the legacy "
+                           "layer's stand-in, this implementation); unset AMP_BACKEND")
     if not all(hasattr(apex_amp, f) for f in ("initialize", "scale_loss", "master_params")):
         raise RuntimeError("AMP_BACKEND=apex but the installed apex has no legacy amp API (apex removed "
                            "amp in PR #1896); unset AMP_BACKEND to use the native implementation")

@@ -10,6 +10,11 @@ it. Here the same happens over the TCP store ``torchrun`` already runs (the one 
 * an **executor** thread on every member reads the schedule in order and runs each collective on the
   set's own process group, completing the rank's handle (or an error: the same on every rank).
 
+Every value in the store is sealed and parsed (``clipbert_legacy.compat._store_auth``: another local user
+can write the store): the coordinator skips an event that is malformed, forged, replayed or from a rank
+outside the set, with one warning line naming the key; an executor that reads a response that is not the
+coordinator's waits for the coordinator's to replace it.
+
 Store waits block without timeouts (no polling); ``shutdown`` ends the threads through the log (every
 member's ``LEAVE``, then the coordinator's ``STOP``). At process exit, when the peers do not all leave,
 ``stop_threads`` wakes this rank's own threads (a ``WAKE`` event in the log for its coordinator, a
@@ -23,7 +28,6 @@ no store, no threads.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import threading
@@ -31,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from clipbert_legacy.compat._store_auth import seal, unseal, warn_once
 from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, STOP, Negotiation
 
 logger = logging.getLogger(__name__)
@@ -98,6 +103,7 @@ class Controller(LocalController):
         self.ranks, self.prefix, self.coordinator = list(ranks), prefix, min(ranks)
         self._store = store_factory()
         self._closed = self._left = False
+        self._seq = 0  # this rank's events, numbered: the coordinator refuses a replayed one
         self._stopping = threading.Event()
         self._next = 1  # the schedule entry the executor reads next
         self._negotiation = Negotiation(self.ranks)
@@ -117,7 +123,9 @@ class Controller(LocalController):
             self._log(_event(self.rank, req))
 
     def _log(self, event: dict) -> None:
-        self._store.queue_push(self.prefix + "log", json.dumps(event))
+        self._seq += 1
+        key = self.prefix + "log"
+        self._store.queue_push(key, seal(key, {**event, "q": self._seq}))
 
     def announce_leave(self) -> None:
         """Log this rank's LEAVE once; operations of other ranks that need it then fail."""
@@ -149,8 +157,8 @@ class Controller(LocalController):
                 if self._threads[-1].is_alive() and self.rank == self.coordinator:
                     self._log({"r": self.rank, "n": WAKE, "k": WAKE, "m": {}})
                 if self._threads[0].is_alive():  # only where the coordinator has not written the entry
-                    stop = json.dumps({"k": STOP, "n": STOP})
-                    self._store.compare_set(f"{self.prefix}s{self._next}", "", stop)
+                    entry = f"{self.prefix}s{self._next}"
+                    self._store.compare_set(entry, "", seal(entry, {"k": STOP, "n": STOP}))
             except Exception:  # the launcher's store is gone: the blocked calls fail on their own
                 pass
             for t in self._threads:
@@ -160,32 +168,53 @@ class Controller(LocalController):
     def _coordinate_loop(self, store: Any) -> None:
         monitor = threading.Thread(target=self._stall_monitor, daemon=True, name=f"hvd-stall-{self.prefix}")
         monitor.start()
-        j = 1
+        j, key, last_seq = 1, self.prefix + "log", dict.fromkeys(self.ranks, 0)
         try:
             while True:
-                event = json.loads(store.queue_pop(self.prefix + "log"))  # blocks until a rank submits
-                if event["k"] == WAKE:
+                event = unseal(key, store.queue_pop(key))  # blocks until a rank submits
+                if not self._acceptable(key, event, last_seq):
+                    continue
+                if event["k"] == WAKE:  # stop_threads: this rank's coordinator is to end
                     if self._stopping.is_set():
                         return
                     continue
-                for resp in self._negotiation_step(event):
-                    store.set(f"{self.prefix}s{j}", json.dumps(resp))
+                for resp in self._negotiation_step(key, event):
+                    store.set(f"{self.prefix}s{j}", seal(f"{self.prefix}s{j}", resp))
                     j += 1
                     if resp["k"] == STOP:
                         return
         except Exception as e:  # the launcher's store is gone: the job is ending
             self._lost(e)
 
-    def _negotiation_step(self, event: dict) -> list[dict]:
+    def _acceptable(self, key: str, event: dict | None, last_seq: dict[int, int]) -> bool:
+        """An event of a member rank, of the shape ``_event`` writes, newer than that rank's last."""
+        if event is None:
+            return False  # unseal named the key
+        r, q = event.get("r"), event.get("q")
+        if not (type(r) is int and r in last_seq and isinstance(event.get("n"), str)
+                and isinstance(event.get("k"), str) and isinstance(event.get("m"), dict) and type(q) is int):
+            warn_once(key, f"an event not of this job's shape ({str(event)[:80]})")
+            return False
+        if q <= last_seq[r]:
+            warn_once(key, f"a replayed event of rank {r} (number {q}, after {last_seq[r]})")
+            return False
+        last_seq[r] = q
+        return True
+
+    def _negotiation_step(self, key: str, event: dict) -> list[dict]:
         with self._lock:
-            return self._negotiation.add(event)
+            try:
+                return self._negotiation.add(event)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+                warn_once(key, f"an event the negotiation cannot read ({type(e).__name__}: {str(e)[:80]})")
+                return []
 
     def _execute_loop(self, store: Any) -> None:
         j = undeleted = 1
         try:
             while True:
                 self._next = j
-                resp = json.loads(store.get(f"{self.prefix}s{j}"))
+                resp = self._response(store, f"{self.prefix}s{j}")
                 if resp["k"] == STOP:
                     self._lost(None)
                     return
@@ -200,6 +229,19 @@ class Controller(LocalController):
                 j += 1
         except Exception as e:  # the launcher's store is gone: the job is ending
             self._lost(e)
+
+    @staticmethod
+    def _response(store: Any, key: str) -> dict:
+        """The coordinator's response under ``key`` (blocks until it is written). A value that is not the
+        coordinator's (forged, malformed) is named once and waited out: the coordinator's own write
+        replaces it."""
+        while True:
+            resp = unseal(key, store.get(key))
+            if resp is not None and isinstance(resp.get("k"), str) and isinstance(resp.get("n"), str):
+                return resp
+            if resp is not None:
+                warn_once(key, "a response not of this job's shape")
+            time.sleep(0.05)
 
     def _lost(self, error: Exception | None) -> None:
         """Fail every operation still waiting (shut down, or the store is unreachable)."""

@@ -24,7 +24,7 @@ def _sets() -> dict[str, Any]:
 
 
 def _watchdog() -> dict[str, Any]:
-    return {"store": None, "rank": 0, "thread": None, "stop": threading.Event(), "prefix": ""}
+    return {"store": None, "rank": 0, "thread": None, "stop": threading.Event(), "prefix": "", "busy": 0}
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""detectron2.utils: logger, comm, registry, env."""
