@@ -6,6 +6,8 @@
 #                disk). On a CUDA machine use e.g. TORCH_SPEC="torch==2.13.0" with
 #                PIP_INDEX_URL pointing at the CUDA wheel index of your choice.
 #   VENV_DIR     virtualenv location (default: <repo>/.venv)
+#   SKIP_LEGACY_REQUIREMENTS=1  skip requirements-legacy.txt (the legacy layer's source-only packages;
+#                the Docker image sets it: pip install -e ".[legacy]" adds them where a fork needs them)
 #   SKIP_HOROVOD=1  skip Horovod (the torch.distributed backend of src/clipbert_legacy/compat/hvd/__init__.py still works)
 #   SKIP_PROJECT_INSTALL=1  dependencies only, not `pip install -e .` (a Docker layer built before
 #                the source is copied in; the Dockerfile installs the project afterwards)
@@ -37,7 +39,7 @@ PIP=("$VPY" -m pip --disable-pip-version-check)
 
 # Stamp = hash of everything that defines the env; unchanged stamp + importable packages => no-op.
 stamp_file="$VENV_DIR/.clipbert_env_stamp"
-want_stamp="$(cat "$REPO/requirements.txt" "$REPO/pyproject.toml" "$REPO/run_scripts/setup_env.sh" "$REPO/run_scripts/install_horovod.sh" | sha256sum | cut -c1-16)-$TORCH_SPEC-${SKIP_HOROVOD:-0}"
+want_stamp="$(cat "$REPO/requirements.txt" "$REPO/pyproject.toml" "$REPO/run_scripts/setup_env.sh" "$REPO/run_scripts/install_horovod.sh" $([ "${SKIP_LEGACY_REQUIREMENTS:-0}" != "1" ] && echo "$REPO/requirements-legacy.txt") | sha256sum | cut -c1-16)-$TORCH_SPEC-${SKIP_HOROVOD:-0}"
 # the editable install must point at this checkout (a venv copied from another clone would not)
 project_here() { [ "${SKIP_PROJECT_INSTALL:-0}" = "1" ] || (cd / && "$VPY" -c "import os, sys, clipbert_legacy; sys.exit(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(clipbert_legacy.__file__)))) != os.path.abspath(sys.argv[1]))" "$REPO") 2>/dev/null; }
 if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ] && project_here \
@@ -72,6 +74,12 @@ cons="$(mktemp)"; echo "torch==$tv" > "$cons"
 pip_install -r "$REPO/requirements.txt" -c "$cons" || die "pip could not install requirements.txt (pip's error above)"
 "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX, ujson, tqdm" \
   || { echo "[setup_env] ERROR: requirements did not install; see pip output above" >&2; exit 1; }
+# the legacy layer's source-only packages (the Docker image skips them: its pins are checked to have wheels)
+if [ "${SKIP_LEGACY_REQUIREMENTS:-0}" != "1" ]; then
+  log "installing requirements-legacy.txt"
+  pip_install -r "$REPO/requirements-legacy.txt" -c "$cons" \
+    || die "pip could not install requirements-legacy.txt (pip's error above)"
+fi
 rm -f "$cons"
 
 # The project itself, editable: `import clipbert_legacy...` works from any directory and from

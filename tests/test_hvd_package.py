@@ -72,10 +72,11 @@ def test_the_torch_backends_state_is_one_object():
 
 def test_the_front_state_is_one_object_and_resets_at_shutdown(monkeypatch):
     from clipbert_legacy.compat.hvd.state import STATE as FRONT
-    monkeypatch.setenv("DIST_BACKEND", "torch")
     for k in ("HOROVOD_RANK", "RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(k, raising=False)
     hvd.shutdown()
+    monkeypatch.setattr(FRONT, "requested", None)  # an earlier test's choice comes back after
+    monkeypatch.setenv("DIST_BACKEND", "torch")
     hvd.init()
     assert FRONT.name == "torch" and FRONT.impl is torch_backend and hvd.size() == 1
     hvd.shutdown()

@@ -82,7 +82,8 @@ def test_training_progress_under_horovodrun_is_plain_lines(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # n_workers
 def test_default_workers_follow_cores_per_process(monkeypatch):
-    for k in device._LOCAL_SIZE_ENV:
+    from clipbert_legacy.compat import launcher_env
+    for k in launcher_env._LOCAL_SIZE_VARS:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(device.os, "sched_getaffinity", lambda pid: set(range(2)))
     assert device.cpus_per_process() == 2 and device.num_workers(None) == 2

@@ -58,7 +58,7 @@ def decode_split(data_dir, split, num_frm=3, fps=1, max_img_size=128):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found: {data_dir} is not demo data, or was built before "
                                 "make_demo_data wrote attribute labels; rebuild it into an empty directory "
-                                "with\n"
+                                "with "
                                 "python -m clipbert_legacy.preprocessing.make_demo_data --output_dir DIR")
     rows = load_jsonl(path, required_fields=("clip_name",) + tuple(ATTRIBUTES))
     store = LMDBStore(os.path.join(data_dir, "vis_db"))
