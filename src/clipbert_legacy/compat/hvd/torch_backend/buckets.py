@@ -11,6 +11,12 @@ Each round of bucket reductions of an optimizer over the global set is preceded 
 allreduce, the *step header* ([1, optimizer index + 1, 0] from a training rank). A rank inside
 ``hvd.join()`` posts [0, 0, 1] instead: from the sum it learns that optimizer k is stepping and takes
 part in its bucket reductions with zeros (Horovod's uneven-input join), or that every rank has joined.
+
+The arithmetic is Horovod's ``DistributedOptimizer``'s, element for element: compress (fp16), pre-scale
+by ``1 / gradient_predivide_factor``, sum, post-scale by ``gradient_predivide_factor / size`` (Average),
+decompress; both scalings on the compressed tensor in Horovod's ``ScaleBuffer`` arithmetic
+(``execute.scale``). So an fp16-compressed gradient is averaged in fp16, subnormals rounded as Horovod
+rounds them, and only then widened.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from clipbert_legacy.compat.hvd.errors import HorovodInternalError
+from clipbert_legacy.compat.hvd.torch_backend.execute import scale
 
 BUCKET_BYTES = int(os.environ.get("DIST_BUCKET_MB", "25")) * 2 ** 20
 
@@ -105,10 +112,16 @@ class Buckets:
             works.append((*self._reduce(flat, owner), params, owner))
         self.pending[i] = works
 
+    def _scales(self) -> tuple[float, float]:
+        """Horovod's split of Average into pre- and post-scale (``horovod/torch/optimizer.py``; the 1/size
+        is Horovod's C++ side, ``postscale /= size``); Sum scales nothing."""
+        if self.op != "average":
+            return 1.0, 1.0
+        return 1.0 / self.predivide, self.predivide / self.size
+
     def _reduce(self, flat: torch.Tensor, owner: int) -> tuple:
-        if self.predivide != 1.0:
-            flat.div_(self.predivide)
         comp, ctx = self.compression.compress(flat)
+        comp = scale(comp, self._scales()[0])
         comp = comp if comp.device.type == self.device.split(":")[0] else comp.to(self.device)
         try:
             if owner < 0:
@@ -128,15 +141,11 @@ class Buckets:
                     for p in params:
                         p.grad = None
                     continue
-                self._write_back(self.compression.decompress(comp, ctx), params)
+                self._write_back(self.compression.decompress(scale(comp, self._scales()[1]), ctx), params)
         if self.header is not None:
             _wait(self.header)
 
     def _write_back(self, flat: torch.Tensor, params: list[torch.Tensor]) -> None:
-        if self.op == "average":
-            flat = flat * (self.predivide / self.size)
-        elif self.predivide != 1.0:
-            flat = flat * self.predivide
         offset = 0
         for p in params:
             n = p.numel()

@@ -4,9 +4,10 @@ Called by a process set's executor thread (``hvd.torch_backend.controller``) wit
 and this rank's request (None on a rank that has joined: it takes part with zeros, or with no rows
 where an internal allgather allows it). Horovod's definitions kept here:
 
-* Average is a sum followed by a post-scale of ``1 / size`` (on the process set); prescale and
-  postscale multiply in float64 for integer tensors and truncate toward zero, in float32 for half
-  precision on the CPU, in the tensor's own type otherwise (Horovod's ``ScaleBuffer``);
+* Average is a sum followed by a post-scale of ``1 / size`` (on the process set), in the reduced
+  tensor's own dtype (an fp16-compressed tensor is averaged in fp16, before it is decompressed); prescale
+  and postscale multiply in float64 for integer tensors and truncate toward zero, in float32 for half
+  precision on the CPU, in the tensor's own type otherwise (Horovod's ``ScaleBuffer``, see ``scale``);
 * joined ranks add zeros to an allreduce, whatever its op, and Average still divides by the set size;
 * reducescatter gives the first ``dim0 % size`` ranks one row more than the others;
 * alltoall sends ``splits[j]`` rows to rank j (default: ``dim0 / size`` each) and returns the received
@@ -72,14 +73,19 @@ def _itemsize(dtype: torch.dtype) -> int:
 
 
 def scale(t: torch.Tensor, factor: float) -> torch.Tensor:
-    """Horovod's ScaleBuffer: ``factor * t`` in Horovod's arithmetic (see the module docstring)."""
+    """Horovod's ScaleBuffer: ``factor * t`` in Horovod's arithmetic, element for element (see the module
+    docstring): integers in float64, truncated; CPU fp16 as ``(float) factor * (float) x`` rounded to fp16
+    (``ScaleBufferCPUImpl``, subnormals included); CUDA fp16 with the factor itself rounded to fp16 first
+    (``ScaleBufferCudaImpl``); float32 with ``(float) factor``; float64 in float64."""
     if factor == 1.0:
         return t
     if not (t.is_floating_point() or t.is_complex()):
         return (t.double() * factor).to(t.dtype)
     if t.dtype in (torch.float16, torch.bfloat16) and t.device.type == "cpu":
         return (t.float() * factor).to(t.dtype)
-    return t * factor
+    if t.dtype == torch.float16:  # CUDA: __float2half((float) factor), then an fp16 product
+        return t * float(torch.tensor(factor, dtype=torch.float32).half())
+    return t * factor  # a Python float multiplies a float32 tensor as (float) factor
 
 
 def _allreduce(resp: dict, tensors: list, outputs: list | None, place: Place, _extra: dict) -> Any:

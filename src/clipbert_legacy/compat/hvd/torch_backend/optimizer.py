@@ -96,8 +96,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).load_state_dict(*args, **kwargs)
 
     def _average_packed(self, packed, ctx):
-        """A row-sparse table's rows, averaged as the buckets average a gradient."""
-        return self._compression.decompress(allreduce(packed, op="sum"), ctx) * (1.0 / self._tset.size)
+        """A row-sparse table's rows, averaged as Horovod averages a compressed tensor (in its dtype)."""
+        reduced = allreduce(packed, op="average", process_set=self.process_set)
+        return self._compression.decompress(reduced, ctx)
 
     def synchronize(self):
         """Finish every gradient reduction (launching those not yet started), then reset the counts."""
