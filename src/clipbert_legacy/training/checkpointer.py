@@ -174,7 +174,7 @@ class Checkpointer:
         Collective. Returns the counters (with rank 0's ``plan``)."""
         counters = hvd.broadcast_object(counters if self.process.is_main else None, root_rank=0,
                                         name="elastic.counters")
-        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)  # every rank loads rank 0's
+        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0, zero_grad_step=False)  # rank 0's, no step
         weights = self.model_state_dict()
         hvd.broadcast_parameters(weights, root_rank=0)
         if not self.process.is_main:

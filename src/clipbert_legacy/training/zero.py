@@ -56,7 +56,8 @@ class Unsharded:
 
     def broadcast_state(self, optimizer) -> None:
         """Every rank takes rank 0's optimizer state (set-up, before training)."""
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        # no zero-gradient step: it would move restored weights (docs/horovod.md)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0, zero_grad_step=False)
 
     def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> float:
         """torch's ``clip_grad_norm_`` on the master params; returns the norm before clipping."""

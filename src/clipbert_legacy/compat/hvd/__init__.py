@@ -20,8 +20,8 @@ key) or the env var ``DIST_BACKEND`` = ``auto|horovod|torch``. ``auto`` picks ``
 Deliberate differences from Horovod 0.28.1 (both backends; details and the torch backend's own in
 docs/horovod.md):
 
-* ``broadcast_optimizer_state`` broadcasts the root's ``state_dict()`` and takes no zero-gradient step
-  (``hvd.functions``); trainable parameters without a gradient get a zero one, as after Horovod's step.
+* ``broadcast_optimizer_state`` is Horovod's, zero-gradient step included, and takes one keyword of
+  ours: ``zero_grad_step=False`` loads the root's ``state_dict()`` without a step (``hvd.functions``).
 * ``SyncBatchNorm`` also runs on CPU tensors (Horovod's needs CUDA; under horovodrun CUDA input still
   runs Horovod's kernels).
 * ``DistributedOptimizer(row_sparse=[...])``: those tables' gradients are averaged over the rows some

@@ -3,10 +3,9 @@
 Re-exported by ``clipbert_legacy.compat.hvd``. Deliberate differences from Horovod 0.28.1 (docs/horovod.md):
 
 * ``broadcast_parameters`` also takes a generator (``model.named_parameters()``), not only a dict or list.
-* ``broadcast_optimizer_state`` broadcasts the root's ``state_dict()`` and loads it. Horovod instead ran
-  one zero-gradient optimizer step when the state was empty, which applied weight decay once and advanced
-  Adam's step counter before training started. What a script can observe of that step is kept: every
-  trainable parameter without a gradient gets a zero ``.grad``, as after Horovod's step.
+* ``broadcast_optimizer_state`` is Horovod's (its zero-gradient step on a fresh optimizer included) and
+  takes one keyword of ours: ``zero_grad_step=False`` broadcasts the root's ``state_dict()`` without
+  a step (the project's trainer uses it).
 * ``DistributedOptimizer`` takes two arguments of ours: ``row_sparse`` and ``reduce_to`` (ZeRO stage 2).
 """
 from __future__ import annotations
@@ -57,12 +56,24 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
     return impl().broadcast_object(obj, root_rank, name=name, process_set=process_set)
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, model: Any = None) -> None:  # noqa: ARG001 (Horovod's signature: model marks sparse params for its zero step, which this function does not take)
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, model: Any = None, *,
+                              zero_grad_step: bool = True) -> None:
     """Make every rank's optimizer state (and hyper-parameters) equal to the root's.
 
-    Unlike Horovod it takes no optimizer step (module docstring); trainable parameters without a
-    gradient get a zero one when the state was empty, as Horovod's step leaves them.
+    By default Horovod 0.28.1's function, numbers included: under horovodrun Horovod's own, under
+    torchrun the same steps (``hvd.torch_backend.optimizer_state``): an optimizer with an empty state
+    first takes one step with zero gradients (Adam's counter becomes 1, weight decay and momentum apply
+    once; ``model`` marks sparse embeddings for SGD), then the state tensors and hyper-parameters are
+    broadcast (nothing for a stateless optimizer).
+
+    ``zero_grad_step=False`` (ours): no step; the root's ``state_dict()`` is loaded on every rank, a
+    stateless optimizer's hyper-parameters included, and trainable parameters without a gradient get a
+    zero one when the state was empty (what a script can observe of Horovod's step). The project's
+    trainer uses it: restored weights are loaded before this call, and a step would move them.
     """
+    if zero_grad_step:
+        impl().broadcast_optimizer_state(optimizer, root_rank, model=model)
+        return
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not optimizer.state:

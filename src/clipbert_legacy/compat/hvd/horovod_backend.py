@@ -145,6 +145,9 @@ def broadcast_parameters(named_tensors, root_rank):
         _h.synchronize(handle)
 
 
+broadcast_optimizer_state = _h.broadcast_optimizer_state  # Horovod's own, zero-gradient step and all
+
+
 # Horovod names an object collective after ``type(obj).__name__`` unless told otherwise, and matches
 # ops across ranks by name: ranks passing objects of different types (rank 0 a str, the others None)
 # would wait for each other forever. One fixed name per kind of call (they run one at a time).

@@ -66,6 +66,7 @@ from clipbert_legacy.compat.hvd.torch_backend.ops import (  # noqa: F401 (the ba
     synchronize,
 )
 from clipbert_legacy.compat.hvd.torch_backend.optimizer import DistributedOptimizer, registered  # noqa: F401 (the backend API)
+from clipbert_legacy.compat.hvd.torch_backend.optimizer_state import broadcast_optimizer_state  # noqa: F401 (the backend API)
 from clipbert_legacy.compat.hvd.torch_backend.state import STATE
 from clipbert_legacy.compat.hvd.torch_backend.timeline import start_from_env, start_timeline, stop_timeline  # noqa: F401
 
