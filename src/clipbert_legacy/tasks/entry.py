@@ -13,7 +13,12 @@ import torch
 
 from clipbert_legacy.config import parse_args_or_exit
 from clipbert_legacy.tasks import registry
-from clipbert_legacy.tasks.cpu import batch_scheduling, limit_cpu_threads
+from clipbert_legacy.tasks.cpu import (
+    CPU_CYCLE_TIME_MS,
+    batch_scheduling,
+    horovod_cycle_time,
+    limit_cpu_threads,
+)
 from clipbert_legacy.training.engine import Trainer
 from clipbert_legacy.training.preemption import Preempted
 from clipbert_legacy.utils.errors import UserError, one_line
@@ -48,6 +53,9 @@ def main(task, task_cls=None, argv=None):
     setup_logging()
     if batch_scheduling(cfg.cpu_sched_batch):
         logger.info("cpu_sched_batch: SCHED_BATCH for this CPU job (--cpu_sched_batch 0 to keep the default)")
+    if horovod_cycle_time():
+        logger.info("horovod: HOROVOD_CYCLE_TIME=%s ms for this CPU job (Horovod's default is 1 ms; set "
+                    "HOROVOD_CYCLE_TIME or horovodrun --cycle-time-ms to choose)", CPU_CYCLE_TIME_MS)
     task = task_cls()
     try:
         if cfg.do_inference:

@@ -29,8 +29,8 @@ docs/horovod.md):
   backend).
 * ``allgather_object`` / ``broadcast_object`` default to one fixed name per call kind instead of the
   object's type name (ranks passing objects of different types would otherwise wait for each other).
-* horovod backend, CPU jobs: ``init()`` sets ``HOROVOD_CYCLE_TIME=20`` (ms) unless the user set it
-  (Horovod's 1 ms cycle cost CPU ranks a fifth of their speed; see ``hvd.horovod_backend``).
+* No ``HOROVOD_*`` setting is changed: ``init()`` leaves Horovod's cycle time and the rest to the user
+  (the project's task entry chooses a CPU cycle time for its own jobs: ``clipbert_legacy.tasks.cpu``).
 """
 from __future__ import annotations
 

@@ -2,11 +2,10 @@
 
 Every call goes to Horovod's own function; only our reduction-op names (``hvd.Average`` ...) and our
 ``ProcessSet`` objects are translated to Horovod's. What this module adds is listed in ``hvd``'s
-docstring (cycle time, row-sparse routing, fixed object-collective names, no zero-gradient step).
+docstring (row-sparse routing, fixed object-collective names, the re-initialisation rendezvous). It
+sets no ``HOROVOD_*`` setting of its own: the one variable it writes is the rendezvous address of an
+``init()`` after ``shutdown()`` (``hvd.horovod_rendezvous``).
 """
-import logging
-import os
-
 import horovod.torch as _h
 import torch
 from horovod.torch import mpi_ops as _mpi_ops
@@ -14,8 +13,6 @@ from horovod.torch import mpi_ops as _mpi_ops
 from clipbert_legacy.compat.hvd import horovod_rendezvous
 from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
 from clipbert_legacy.compat.hvd.row_sparse import average_rows
-
-logger = logging.getLogger(__name__)
 
 _OPS = {"average": _h.Average, "sum": _h.Sum, "adasum": _h.Adasum, "min": _h.Min, "max": _h.Max,
         "product": _h.Product}
@@ -40,16 +37,7 @@ def _ps(process_set):
     return process_set
 
 
-# Horovod's background thread negotiates with the other ranks every HOROVOD_CYCLE_TIME ms (default 1).
-# In a CPU-only job whose ranks already fill the cores, those 1,000 wake-ups a second per rank take the
-# cores from compute: on the 2-core demo, 2 ranks reached 1.26x one rank's examples/s at 1 ms and
-# 1.58x at 20 ms (5 ms: 1.50x, 50 ms: 1.58x; benchmarks/bench_scaling.py). At most one cycle is added
-# to the end of a step's allreduce, small next to a CPU step (about 1.5 s on the demo).
-CPU_CYCLE_TIME_MS = "20"
-
-
 def init(comm=None, process_sets=None):
-    _cpu_cycle_time()
     horovod_rendezvous.prepare()  # after an hvd.shutdown(): a rendezvous of its own (issue 46)
     if isinstance(process_sets, (list, tuple)):  # static process sets: ours become Horovod's
         theirs = [_h.ProcessSet(p.ranks) if isinstance(p, ProcessSet) else p for p in process_sets]
@@ -60,17 +48,6 @@ def init(comm=None, process_sets=None):
     else:
         _h.init(comm=comm, process_sets=process_sets)
     global_process_set.ranks = list(range(_h.size()))
-
-
-def _cpu_cycle_time():
-    """Use CPU_CYCLE_TIME_MS when no GPU is visible and the user has not chosen a cycle time
-    (``horovodrun --cycle-time-ms`` or ``HOROVOD_CYCLE_TIME``); GPU jobs keep Horovod's default."""
-    if "HOROVOD_CYCLE_TIME" in os.environ or torch.cuda.is_available():
-        return
-    os.environ["HOROVOD_CYCLE_TIME"] = CPU_CYCLE_TIME_MS
-    logger.info("horovod: HOROVOD_CYCLE_TIME=%s ms for this CPU job (Horovod's default 1 ms costs the "
-                "compute of CPU ranks; set HOROVOD_CYCLE_TIME or --cycle-time-ms to choose)",
-                CPU_CYCLE_TIME_MS)
 
 
 rank, size, local_rank, local_size, shutdown = _h.rank, _h.size, _h.local_rank, _h.local_size, _h.shutdown
