@@ -71,7 +71,8 @@ def test_close_joins_an_executor_that_ended_the_set_itself():
     master = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=datetime.timedelta(seconds=60))
 
     def store():
-        return dist.TCPStore("127.0.0.1", master.port, is_master=False, timeout=datetime.timedelta(seconds=60))
+        return dist.TCPStore("127.0.0.1", master.port, is_master=False,
+                             timeout=datetime.timedelta(seconds=60))
 
     class SlowToEnd(Controller):
         def _lost(self, error):
