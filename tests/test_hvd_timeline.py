@@ -1,0 +1,90 @@
+"""Horovod's timeline on the torch backend (issue 50, item 5): rank 0 writes the file while the job
+runs, a Chrome trace that parses at any moment, with Horovod's event names (``NEGOTIATE_ALLREDUCE``, one
+``X`` per rank, ``ALLREDUCE``, ``GLOO_ALLREDUCE``, ``CYCLE_START``), tensors named as Horovod names them
+(``allreduce.test_allreduce``); ``start_timeline``/``stop_timeline`` switch files."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import mp_utils
+
+WORKER = "tests/workers/hvd_timeline.py"
+# start-up of a 2-process job: about 10 s on an idle 2-core machine; the checks need a second
+JOB_TIMEOUT_S = 300
+pytestmark = pytest.mark.multiprocess
+
+
+def _events(path):
+    trace = json.loads(path.read_text())
+    assert isinstance(trace, list) and trace[0]["args"]["start_time_since_epoch_in_micros"] > 0
+    pids = {e["pid"]: e["args"]["name"] for e in trace if e.get("name") == "process_name" and e["pid"]}
+    spans = {}
+    for e in trace:
+        if e.get("ph") in ("B", "X") and e.get("pid") in pids:
+            spans.setdefault(pids[e["pid"]], []).append((e["ph"], e["name"]))
+    return trace, spans
+
+
+def _balanced(trace):
+    depth = {}
+    for e in trace:
+        if e.get("ph") == "B":
+            depth[e["pid"]] = depth.get(e["pid"], 0) + 1
+        elif e.get("ph") == "E":
+            depth[e["pid"]] -= 1
+            assert depth[e["pid"]] >= 0, e
+    return all(d == 0 for d in depth.values())
+
+
+def test_timeline_is_written_while_the_job_runs(tmp_path):
+    path = tmp_path / "timeline.json"
+    cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "torchrun", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(mp_utils.free_port()), WORKER,
+           "--out", str(tmp_path)]
+    env = mp_utils._env({"DIST_BACKEND": "torch", "HOROVOD_TIMELINE": str(path),
+                         "HOROVOD_TIMELINE_MARK_CYCLES": "1"})
+    job = subprocess.Popen(cmd, cwd=mp_utils.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        mp_utils.wait_until(lambda: (tmp_path / "paused").exists(), "the workers' first collectives",
+                            timeout=JOB_TIMEOUT_S, proc=job)
+        # the job is paused: the file is there and parses, with the events so far
+        deadline = time.monotonic() + 30  # the writer thread flushes within milliseconds of an event
+        while True:
+            trace, spans = _events(path)
+            if "allgather.gather" in spans and _balanced(trace) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert job.poll() is None, "the job ended before the timeline was read"
+        assert spans["allreduce.test_allreduce"] == [("B", "NEGOTIATE_ALLREDUCE"), ("X", "0"), ("X", "1"),
+                                                     ("B", "ALLREDUCE"), ("B", "GLOO_ALLREDUCE")] or \
+            spans["allreduce.test_allreduce"] == [("B", "NEGOTIATE_ALLREDUCE"), ("X", "1"), ("X", "0"),
+                                                  ("B", "ALLREDUCE"), ("B", "GLOO_ALLREDUCE")], spans
+        assert [s for s in spans["broadcast.noname.0"] if s[0] == "B"] == [
+            ("B", "NEGOTIATE_BROADCAST"), ("B", "BROADCAST"), ("B", "GLOO_BCAST")], spans
+        assert ("B", "GLOO_ALLGATHER") in spans["allgather.gather"], spans
+        assert sum(e.get("name") == "CYCLE_START" for e in trace) == 3, trace
+        assert _balanced(trace), trace
+        ends = [e for e in trace if e.get("ph") == "E" and e.get("args")]
+        assert {"dtype": "HOROVOD_FLOAT32", "shape": "[3]"} in [e["args"] for e in ends], ends
+    finally:
+        (tmp_path / "go").touch()
+        try:
+            out, err = job.communicate(timeout=JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            out, err = job.communicate()
+            raise AssertionError(f"the job did not end within {JOB_TIMEOUT_S} s of 'go':\n"
+                                 f"{err[-3000:]}") from None
+    assert job.returncode == 0, f"exit code {job.returncode}\n{out[-3000:]}\n{err[-3000:]}"
+    # after the job: the env's file holds everything before the API's switch, the API's file its part
+    trace, spans = _events(path)
+    assert _balanced(trace) and "allreduce.api_allreduce" not in spans, spans
+    api_trace, api_spans = _events(tmp_path / "api.json")
+    assert set(api_spans) == {"allreduce.api_allreduce"}, api_spans
+    assert [s for s in api_spans["allreduce.api_allreduce"] if s[0] == "B"] == [
+        ("B", "NEGOTIATE_ALLREDUCE"), ("B", "ALLREDUCE"), ("B", "GLOO_ALLREDUCE")], api_spans
+    assert not any(e.get("name") == "CYCLE_START" for e in api_trace) and _balanced(api_trace)
