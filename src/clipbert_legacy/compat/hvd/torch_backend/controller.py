@@ -90,7 +90,7 @@ class LocalController:
 
     def _negotiate(self, event: dict) -> list[dict]:
         """One event through the negotiation, recorded in the timeline (rank 0, when one runs)."""
-        negotiation_event(event, self._negotiation.table)
+        negotiation_event(event)
         responses = self._negotiation.add(event)
         negotiation_done(responses)
         return responses

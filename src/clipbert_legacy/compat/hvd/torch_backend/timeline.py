@@ -20,12 +20,14 @@ The same here, with Horovod's names where they mean something on this backend:
 Tensor names are Horovod's: ``<kind>.<name>`` (``allreduce.loss``), unnamed ones ``allreduce.noname.<n>``.
 Not recorded: ``DistributedOptimizer``'s gradient buckets (reduced directly, without negotiation), join.
 
-The producers (coordinator and executor threads) only put a tuple on a bounded queue; one writer thread
-per file formats, appends and flushes each batch it drains, so the file is current within a few ms and
-memory stays bounded (the queue holds at most ``_QUEUE_MAX`` events, the tensor table ``_NAMES_MAX`` names;
-a name dropped from the table gets a new pid when it comes back). ``stop_timeline()``, ``shutdown()`` and
-the backend's exit handling join the writer. ``HOROVOD_TIMELINE=<file>`` starts a timeline at ``init()``
-(``DYNAMIC``: only the calls); a second ``start_timeline`` closes the first file and opens the next.
+The producers (coordinator and executor threads) only append a tuple to a deque; one writer thread per
+file wakes on the first, lets a batch gather for ``_BATCH_S`` (5 ms), formats, appends and flushes it, so
+the file is current within milliseconds, the writer wakes at most 200 times a second, and memory stays
+bounded (at most ``_QUEUE_MAX`` events wait: a producer then waits for the writer; the tensor table
+holds ``_NAMES_MAX`` names: a name dropped from it gets a new pid when it comes back). ``stop_timeline()``,
+``shutdown()`` and an ``atexit`` function join the writer. ``HOROVOD_TIMELINE=<file>`` starts a timeline
+at ``init()`` (``DYNAMIC``: only the calls); a second ``start_timeline`` closes the first file and opens
+the next.
 """
 from __future__ import annotations
 
@@ -35,7 +37,6 @@ import contextlib
 import json
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -48,7 +49,7 @@ logger = logging.getLogger(__name__)
 _T: dict[str, Any] = STATE.timeline
 _QUEUE_MAX = 65536   # events waiting for the writer (a producer waits when it is full, as Horovod's)
 _NAMES_MAX = 65536   # tensors with a pid in the current file
-_STOP = object()
+_BATCH_S = 0.005     # how long the writer lets events gather after the first before it writes them
 _ACTIVITY_OPS = {"ALLREDUCE": "ALLREDUCE", "ALLGATHER": "ALLGATHER", "BROADCAST": "BCAST",
                  "ALLTOALL": "ALLTOALL", "REDUCESCATTER": "REDUCESCATTER", "BARRIER": "ALLREDUCE"}
 
@@ -61,7 +62,9 @@ class TimelineWriter:
         self._file = open(path, "wb")  # closed by the writer thread
         self._start = time.monotonic()
         start_epoch_us = int(time.time() * 1e6)
-        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_MAX)
+        self._events: collections.deque = collections.deque()  # appends and pops are thread-safe
+        self._wake = threading.Event()  # set by a producer when the writer may be asleep
+        self._closing = self._failed = False
         self._pids: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._next_pid = 1
         self._negotiating: set[str] = set()
@@ -80,10 +83,19 @@ class TimelineWriter:
         return int((time.monotonic() - self._start) * 1e6)
 
     def event(self, tensor: str, phase: str, name: str = "", args: dict | None = None) -> None:
-        self._queue.put((tensor, phase, name, self.now_us(), args))
+        self._put((tensor, phase, name, self.now_us(), args))
 
     def marker(self, name: str) -> None:
-        self._queue.put((None, "i", name, self.now_us(), None))
+        self._put((None, "i", name, self.now_us(), None))
+
+    def _put(self, item: tuple) -> None:
+        while len(self._events) >= _QUEUE_MAX and not (self._closing or self._failed):
+            time.sleep(0.001)  # the writer is behind: wait for it (Horovod's producers wait too)
+        if self._closing or self._failed:
+            return  # an operation that outlived stop_timeline(): the file is closed
+        self._events.append(item)
+        if not self._wake.is_set():
+            self._wake.set()
 
     def negotiate_start(self, tensor: str, kind: str) -> None:
         with self._lock:  # Horovod: the first submission opens the span, later ones only mark the rank
@@ -101,32 +113,31 @@ class TimelineWriter:
 
     def close(self) -> None:
         """Write what is queued, close the file, join the thread."""
-        if self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
+        self._closing = True
+        self._wake.set()
+        self._thread.join()
 
     def _write_loop(self) -> None:
+        """Wake on the first event, let a batch gather for ``_BATCH_S``, append it, flush; until closed."""
         try:
             while True:
-                batch = [self._queue.get()]
-                while len(batch) < 4096:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                stop = any(item is _STOP for item in batch)
-                self._append(b"".join(self._format(item) for item in batch if item is not _STOP))
-                if stop:
+                self._wake.wait()
+                if not self._closing:
+                    time.sleep(_BATCH_S)
+                self._wake.clear()
+                closing = self._closing  # read after clear(): a later close() wakes the next wait()
+                batch = []
+                while self._events:
+                    batch.append(self._format(self._events.popleft()))
+                self._append(b"".join(batch))
+                if closing:
                     return
         except Exception as e:  # a full disk, a removed file: the job goes on without its timeline
+            self._failed = True
+            self._events.clear()
             logger.error("hvd: cannot write the timeline %s (%s); it stops here", self.path, e)
-            self._drain()
         finally:
             self._file.close()
-
-    def _drain(self) -> None:
-        while self._queue.get() is not _STOP:
-            pass
 
     def _append(self, data: bytes) -> None:
         if not data:
@@ -151,15 +162,17 @@ class TimelineWriter:
             meta = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": tensor}},
                     {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}}]
             head = b"".join(b",\n" + json.dumps(m).encode() for m in meta)
-        record: dict[str, Any] = {"ph": phase}
+        # phase, name and args are this module's own strings (no quoting needed): formatted directly,
+        # the writer's main cost per event
+        text = f',\n{{"ph": "{phase}"'
         if phase != "E":
-            record["name"] = name
-        record.update(ts=ts, pid=pid)
+            text += f', "name": "{name}"'
+        text += f', "ts": {ts}, "pid": {pid}'
         if phase == "X":
-            record["dur"] = 0
+            text += ', "dur": 0'
         if args:
-            record["args"] = args
-        return head + b",\n" + json.dumps(record).encode()
+            text += ', "args": {' + ", ".join(f'"{k}": "{v}"' for k, v in args.items()) + "}"
+        return head + (text + "}").encode()
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
@@ -201,15 +214,15 @@ def tensor_name(kind: str, name: str) -> str:
     return name if name.startswith(prefix + "noname.") else prefix + name
 
 
-def negotiation_event(event: dict, names_pending: Any) -> None:
-    """The coordinator took ``event`` (a rank's submission): ``NEGOTIATE_<KIND>`` opens on the first,
-    each rank's arrival is an ``X`` named by the rank. ``names_pending``: the names already negotiating."""
+def negotiation_event(event: dict) -> None:
+    """The coordinator took ``event`` (a rank's submission): ``NEGOTIATE_<KIND>`` opens on the first one
+    this file sees (a negotiation under way when the timeline started opens at its next submission),
+    each rank's arrival is an ``X`` named by the rank."""
     writer = _T["writer"]
     if writer is None or event.get("k") not in _ACTIVITY_OPS:
         return
     tensor = tensor_name(event["k"], event["n"])
-    if event["n"] not in names_pending:
-        writer.negotiate_start(tensor, event["k"])
+    writer.negotiate_start(tensor, event["k"])
     writer.event(tensor, "X", str(event["r"]))
 
 
