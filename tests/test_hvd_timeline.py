@@ -88,3 +88,59 @@ def test_timeline_is_written_while_the_job_runs(tmp_path):
     assert [s for s in api_spans["allreduce.api_allreduce"] if s[0] == "B"] == [
         ("B", "NEGOTIATE_ALLREDUCE"), ("B", "ALLREDUCE"), ("B", "GLOO_ALLREDUCE")], api_spans
     assert not any(e.get("name") == "CYCLE_START" for e in api_trace) and _balanced(api_trace)
+
+
+ONE_PROCESS = r"""
+import json, sys, torch
+import clipbert_legacy.compat.hvd as hvd
+hvd.init()
+hvd.allreduce(torch.ones(3), name='a "quoted" name')
+text = open(sys.argv[1]).read()  # still open: parses whatever the writer has flushed so far
+json.loads(text)
+"""
+
+
+def test_one_process_timeline_from_the_environment(tmp_path):
+    """``DIST_BACKEND=torch`` without a launcher (a set of one rank negotiates in the caller's thread):
+    the same events (no Gloo activity: nothing travels); the file parses while open and after exit
+    without ``shutdown()`` (the writer thread is joined at exit); a name with quotes is escaped."""
+    path = tmp_path / "one.json"
+    proc = mp_utils.run_python(["-c", ONE_PROCESS, path], timeout=120,
+                               env={"DIST_BACKEND": "torch", "HOROVOD_TIMELINE": str(path),
+                                    "HOROVOD_TIMELINE_MARK_CYCLES": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trace, spans = _events(path)
+    assert spans == {'allreduce.a "quoted" name': [("B", "NEGOTIATE_ALLREDUCE"), ("X", "0"),
+                                                   ("B", "ALLREDUCE")]}, spans
+    assert _balanced(trace) and sum(e.get("name") == "CYCLE_START" for e in trace) == 1
+
+
+def test_writer_bounds_its_name_table_and_survives_a_failing_disk(tmp_path, monkeypatch, caplog):
+    from clipbert_legacy.compat.hvd.torch_backend import timeline
+    monkeypatch.setattr(timeline, "_NAMES_MAX", 4)
+    writer = timeline.TimelineWriter(str(tmp_path / "t.json"), mark_cycles=False)
+    for i in range(10):
+        writer.event(f"allreduce.t{i % 6}", "B", "ALLREDUCE")
+        writer.event(f"allreduce.t{i % 6}", "E")
+    writer.close()
+    assert len(writer._pids) == 4  # bounded: the oldest names were dropped
+    trace = json.loads((tmp_path / "t.json").read_text())
+    names = [e["args"]["name"] for e in trace if e.get("name") == "process_name" and e["pid"]]
+    assert len(trace) == 2 + 20 + 2 * len(names) and len(names) > 6  # re-registered names: new pids
+    assert _balanced(trace)
+
+    writer = timeline.TimelineWriter(str(tmp_path / "full.json"), mark_cycles=False)
+
+    def full_disk(_data):
+        raise OSError(28, "No space left on device")
+    writer._append = full_disk  # the next batch fails to write
+    writer.event("allreduce.x", "B", "ALLREDUCE")
+    deadline = time.monotonic() + 30
+    while not writer._failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert writer._failed, "the writer did not notice the failed write within 30 s"
+    for _ in range(timeline._QUEUE_MAX + 10):  # nothing is kept, and no producer waits
+        writer.event("allreduce.x", "E")
+    assert not writer._events
+    writer.close()
+    assert "No space left on device" in caplog.text
