@@ -20,8 +20,8 @@ lint_rc=$?
 [ "$lint_rc" -eq 0 ] || echo "[test.sh] ERROR: ruff found problems (see above; 'ruff check --fix' fixes some)" >&2
 # PYTEST_WORKERS=N (default 2): N xdist workers, the multi-process tests and the files sharing data/demo kept
 # one after another on one worker (tests/conftest.py: the "serial" group; tests/test_xdist_groups.py checks
-# it reaches the workers); PYTEST_WORKERS=0: one process
-"$VENV_DIR/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
+# it reaches the workers); PYTEST_WORKERS=0: one process. The 30 slowest tests are listed at the end.
+"$VENV_DIR/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup --durations=30 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -47,6 +47,13 @@ def pytest_collection_modifyitems(config, items):
             _group_in_node_id(config, item, "serial")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Module fixtures run in the first test's setup: the flag covers them too (mp_utils._require_serial)."""
+    mp_utils.RUNNING_TEST.update(name=item.nodeid, serial=item.get_closest_marker("multiprocess") is not None
+                                 or item.path.name in SERIAL_FILES)
+
+
 def _group_in_node_id(config, item, group):
     """On an xdist worker (``--dist loadgroup``): the group as the node id's suffix, which is what the
     controller schedules by. pytest-xdist 3.8 writes it to ``item._nodeid``, which pytest >= 9.2 no longer

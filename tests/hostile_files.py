@@ -104,14 +104,15 @@ def _annexb(size: int, n: int) -> bytes:
     return buf.getvalue()
 
 
-def mp4_with_inband_size_change(small: int = 64, big: int = 128, n_small: int = 1, n_big: int = 9) -> bytes:
-    """An mp4 whose header (and first frame) say ``small`` x ``small`` and whose later frames, after an
-    in-band SPS, are ``big`` x ``big``."""
+def mp4_with_inband_size_change(small: int = 64, big: int = 128, n_small: int = 1, n_big: int = 9,
+                                fmt: str = "mp4") -> bytes:
+    """A video (``fmt``: an ffmpeg muxer, mp4 or matroska) whose header (and first ``n_small`` frames)
+    say ``small`` x ``small`` and whose later frames, after an in-band SPS, are ``big`` x ``big``."""
     src = av.open(io.BytesIO(_annexb(small, n_small) + _annexb(big, n_big)))
     out = io.BytesIO()
-    with av.open(out, "w", format="mp4") as mp4:
-        st = mp4.add_stream_from_template(src.streams.video[0])
+    with av.open(out, "w", format=fmt) as muxer:
+        st = muxer.add_stream_from_template(src.streams.video[0])
         for i, p in enumerate(q for q in src.demux(video=0) if q.size):
             p.stream, p.time_base, p.pts, p.dts = st, Fraction(1, 1000), i * 33, i * 33
-            mp4.mux(p)
+            muxer.mux(p)
     return out.getvalue()

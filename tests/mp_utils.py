@@ -14,6 +14,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PORT_TAKEN = "cannot listen on 127.0.0.1:"  # compat.loopback: the launcher's store port was taken
+# Set by conftest for the running test: whether it is in the xdist "serial" group (marker ``multiprocess``).
+# A 2-process job started beside the other worker's tests overloads the 2 cores CI has (issue 46).
+RUNNING_TEST = {"name": None, "serial": None}
+
+
+def _require_serial(what):
+    if RUNNING_TEST["serial"] is False:
+        raise AssertionError(f"{RUNNING_TEST['name']} starts a {what} job but is not marked "
+                             f"@pytest.mark.multiprocess (conftest runs those one at a time): add the marker")
 
 
 def free_port():
@@ -42,6 +51,7 @@ def horovodrun_available():
 # Both launchers through clipbert_legacy.compat.loopback: the job's servers listen on 127.0.0.1 only.
 def run_horovod(args, np=2, timeout=180, env=None, cwd=None):
     """Run `horovodrun -np N --gloo python <args...>`; returns CompletedProcess (text)."""
+    _require_serial("horovodrun")
     cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "horovodrun", "-np", str(np),
            "-H", f"localhost:{np}",
            "--gloo", "--gloo-timeout-seconds", "60", sys.executable] + [str(a) for a in args]
@@ -52,6 +62,7 @@ def run_torchrun(args, np=2, timeout=180, env=None, cwd=None):
     """Run `torchrun --nproc_per_node N <args...>` (static rendezvous on a free port). The port is free
     when chosen; another job on the machine may take it before the launcher listens there (then the
     launcher fails at once, before any worker started): a new port, up to 3 times."""
+    _require_serial("torchrun")
     for _ in range(3):
         cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "torchrun", "--nproc_per_node",
                str(np), "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *map(str, args)]

@@ -15,6 +15,8 @@ import pytest
 from tests import mp_utils
 from tests.conftest import requires_horovod
 
+pytestmark = pytest.mark.multiprocess  # every test here reads one 2-process job's results
+
 WORKER = mp_utils.REPO / "tests" / "workers" / "amp_hvd.py"
 K = 3
 

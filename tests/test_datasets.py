@@ -337,6 +337,7 @@ def test_store_is_lazy_per_process(demo):
     assert ds.store._env is None  # nothing opened before DataLoader workers fork
 
 
+@pytest.mark.multiprocess
 @requires_horovod
 def test_horovod_two_ranks_partition_and_reshuffle(demo, tmp_path):
     cfg_path, out = tmp_path / "cfg.json", tmp_path / "out.json"

@@ -8,10 +8,8 @@ import io
 import logging
 import math
 import random
-from fractions import Fraction
 
 import av
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -28,6 +26,7 @@ from clipbert_legacy.datasets.loaders import PrefetchLoader
 from clipbert_legacy.preprocessing.file2lmdb import LMDBWriter
 from clipbert_legacy.preprocessing.make_demo_data import encode_mp4
 from clipbert_legacy.training.data import ResumableDistributedSampler, build_train_dataloader
+from tests.hostile_files import mp4_with_inband_size_change
 from tests.test_datasets import TOK_DIR, _retrieval_groups
 from tests.test_decoder import indexed_frames, read_index
 
@@ -170,27 +169,7 @@ def test_frames_above_the_limit_are_refused(fmt, codec):
 def _header_says_64_frames_are_512():
     """An MKV whose header (and first 5 frames) say 64x64 and whose next 5 frames are 512x512: the
     header check cannot see them, the decoder's own max_pixels must refuse them."""
-    def annexb(size, n):
-        buf = io.BytesIO()
-        with av.open(buf, "w", format="h264") as c:
-            s = c.add_stream("libx264", rate=30)
-            s.width = s.height = size
-            s.pix_fmt = "yuv420p"
-            for i in range(n):
-                img = np.full((size, size, 3), i * 20, np.uint8)
-                for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                    c.mux(p)
-            for p in s.encode():
-                c.mux(p)
-        return buf.getvalue()
-    src = av.open(io.BytesIO(annexb(64, 5) + annexb(512, 5)))
-    out = io.BytesIO()
-    with av.open(out, "w", format="matroska") as mkv:
-        st = mkv.add_stream_from_template(src.streams.video[0])
-        for i, p in enumerate(q for q in src.demux(video=0) if q.size):
-            p.stream, p.time_base, p.pts, p.dts = st, Fraction(1, 1000), i * 33, i * 33
-            mkv.mux(p)
-    return out.getvalue()
+    return mp4_with_inband_size_change(64, 512, 5, 5, fmt="matroska")
 
 
 def test_a_header_that_lies_about_the_size_does_not_get_big_frames_through():

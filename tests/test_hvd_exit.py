@@ -57,3 +57,35 @@ def test_blocked_store_threads_end_before_the_interpreter_finalizes():
             raise AssertionError(f"run {i}: the child did not exit within 120 s of its last atexit "
                                  "function") from None
         assert child.returncode == 0 and "terminate called" not in err, (i, child.returncode, err[-2000:])
+
+
+def test_close_joins_an_executor_that_ended_the_set_itself():
+    """The executor reads the coordinator's STOP and closes the set itself (``_lost``) a moment before
+    ``shutdown`` calls ``close``: ``close`` must still wait for the thread. It returned at once, and the
+    thread, still ending (freeing its last request's tensors), met the interpreter's finalization:
+    SIGABRT after a finished torchrun job (a core dump of the CI failure showed the executor there)."""
+    import time
+
+    from clipbert_legacy.compat.hvd.torch_backend.controller import Controller
+
+    master = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=datetime.timedelta(seconds=60))
+
+    def store():
+        return dist.TCPStore("127.0.0.1", master.port, is_master=False,
+                             timeout=datetime.timedelta(seconds=60))
+
+    class SlowToEnd(Controller):
+        def _lost(self, error):
+            super()._lost(error)  # the set is closed from here on
+            time.sleep(1.0)  # ... and the thread is still ending
+
+    # rank 1 of a 2-rank set: an executor only (rank 0 is the coordinator: this test writes its schedule)
+    controller = SlowToEnd(1, [0, 1], "slow/", store, lambda resp, req: None)
+    executor = controller._threads[0]
+    master.set("slow/s1", '{"k": "STOP", "n": "STOP"}')
+    deadline = time.monotonic() + 60
+    while not controller._closed:
+        assert time.monotonic() < deadline, "the executor did not read the STOP entry within 60 s"
+        time.sleep(0.01)
+    controller.close(timeout=30)
+    assert not executor.is_alive(), "close() returned while the executor thread was still running"

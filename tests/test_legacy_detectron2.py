@@ -430,6 +430,7 @@ def test_comm_on_one_process():
     assert isinstance(comm.shared_random_seed(), int)
 
 
+@pytest.mark.multiprocess
 def test_comm_under_horovodrun_uses_the_jobs_processes(tmp_path):
     from tests.mp_utils import horovodrun_available, run_horovod
     if not horovodrun_available():

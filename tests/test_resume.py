@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from tests import mp_utils
@@ -59,6 +60,7 @@ def _result(stdout):
     return json.loads(line[line.index('{"T"'):])
 
 
+@pytest.mark.multiprocess
 @requires_horovod
 def test_resume_under_horovodrun_np2(tmp_path):
     res = mp_utils.check(mp_utils.run_horovod([RESUME_WORKER, tmp_path], np=2, timeout=150))

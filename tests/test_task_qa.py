@@ -159,6 +159,7 @@ def test_action_task_trains_and_infers(demo):
     assert _load(rdir / "scores.json") == {"overall_acc": round(acc, 2)}
 
 
+@pytest.mark.multiprocess
 @requires_horovod
 def test_horovodrun_two_processes_train_and_infer(demo):
     out = demo["root"] / "run_hvd"

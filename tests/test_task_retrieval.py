@@ -183,6 +183,7 @@ def test_retrieval_shard_splits_videos():
     assert s0 == [0, 1, 4, 5] and s1 == [2, 3] and sorted(s0 + s1) == list(range(6))
 
 
+@pytest.mark.multiprocess
 # ---------------------------------------------------------------------------------------------
 @requires_horovod
 def test_horovodrun_two_processes_train(demo, tmp_path):

@@ -18,6 +18,7 @@ collective is the identity and no process group is created.
 """
 import atexit
 import datetime
+import gc
 import os
 import sys
 
@@ -39,6 +40,7 @@ from clipbert_legacy.compat.hvd.torch_backend.autograd import (  # noqa: F401 (t
     reducescatter,
 )
 from clipbert_legacy.compat.hvd.torch_backend.buckets import serve_joined
+from clipbert_legacy.compat.hvd.torch_backend.controller import join_started
 from clipbert_legacy.compat.hvd.torch_backend.objects import (  # noqa: F401
     allgather_object,
     broadcast_object,
@@ -143,6 +145,7 @@ def _leave_together():
         shutdown()
     finally:
         sets.stop_threads()
+        join_started()  # a thread of a set closed earlier may still be ending
 
 
 def _note_failure(exc_type, exc, tb, _previous=sys.excepthook):
@@ -157,6 +160,7 @@ def shutdown():
     if _S["group"] and dist.is_initialized():
         dist.destroy_process_group()
     _S["group"] = False
+    gc.collect()  # the groups' last references: their gloo threads end now, not during finalization
 
 
 def rank():

@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,17 @@ logger = logging.getLogger(__name__)
 
 _DELETE_BATCH = 16  # schedule entries the coordinator's executor removes from the store at a time
 WAKE = "WAKE"  # a rank's own event in the log: its coordinator thread ends if the rank is stopping
+_STARTED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # every thread a controller started
+
+
+def join_started(timeout: float = 10.0) -> bool:
+    """At exit, after every set was stopped: wait (``timeout`` seconds in all) for any controller thread
+    still ending, of any set (a removed one, one of an earlier ``init``); returns whether none is left."""
+    deadline = time.monotonic() + timeout
+    for t in list(_STARTED):
+        if t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t in _STARTED)
 
 
 class Request:
@@ -113,6 +125,7 @@ class Controller(LocalController):
         self._closed = self._left = False
         self._seq = 0  # this rank's events, numbered: the coordinator refuses a replayed one
         self._stopping = threading.Event()
+        self._quiet = threading.Event()  # the stall monitor's end: the set is closed or stopping
         self._next = 1  # the schedule entry the executor reads next
         self._negotiation = Negotiation(self.ranks)
         self._threads = [threading.Thread(target=self._execute_loop, args=(store_factory(),), daemon=True,
@@ -122,6 +135,7 @@ class Controller(LocalController):
                                                   daemon=True, name=f"hvd-coordinator-{prefix}"))
         for t in self._threads:
             t.start()
+            _STARTED.add(t)
 
     def submit(self, req: Request) -> None:
         with self._lock:  # one rank's events enter the log in the order it submitted them
@@ -143,12 +157,16 @@ class Controller(LocalController):
                 self._log({"r": self.rank, "n": LEAVE, "k": LEAVE, "m": {}})
 
     def close(self, timeout: float = 10.0) -> None:
-        """Leave the set: the threads end once every member has left (or after ``timeout`` seconds)."""
+        """Leave the set: the threads end once every member has left (or after ``timeout`` seconds).
+        The threads are joined also when the executor closed the set itself (it read the coordinator's
+        ``STOP``, or lost the store): a thread still ending (clearing its frame, freeing tensors) when
+        the interpreter finalizes aborts the process ("terminate called without an active exception",
+        issue 46: a core dump showed the executor thread there)."""
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self.announce_leave()
+            was_open, self._closed = not self._closed, True
+            self._quiet.set()
+            if was_open:
+                self.announce_leave()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -159,6 +177,7 @@ class Controller(LocalController):
     def stop_threads(self, timeout: float = 10.0) -> bool:
         """End this rank's threads now, whatever the others do; returns whether they all ended."""
         self._stopping.set()
+        self._quiet.set()
         deadline = time.monotonic() + timeout
         while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
             try:
@@ -176,6 +195,7 @@ class Controller(LocalController):
     def _coordinate_loop(self, store: Any) -> None:
         monitor = threading.Thread(target=self._stall_monitor, daemon=True, name=f"hvd-stall-{self.prefix}")
         monitor.start()
+        _STARTED.add(monitor)
         j, key, last_seq = 1, self.prefix + "log", dict.fromkeys(self.ranks, 0)
         try:
             while True:
@@ -229,6 +249,7 @@ class Controller(LocalController):
                 with self._lock:
                     req = self._pending.pop(resp["n"], None)
                 ran = run_response(resp, req, self._execute)
+                req = None  # the finished request's tensors are freed here, not when the thread ends
                 if ran and self.rank == self.coordinator and j - undeleted >= _DELETE_BATCH:
                     # every member read the entries up to j: it took part in entry j's collective
                     for i in range(undeleted, j + 1):
@@ -256,6 +277,7 @@ class Controller(LocalController):
         why = "Horovod has been shut down" if error is None else f"lost the launcher's store: {error}"
         with self._lock:
             self._closed = True
+            self._quiet.set()
             _fail_all(self._pending, why)
 
     def _stall_monitor(self) -> None:
@@ -263,7 +285,7 @@ class Controller(LocalController):
         if every <= 0:
             return
         seen: dict[str, float] = {}
-        while not self._closed and not self._stopping.wait(min(every, 5.0)):
+        while not self._quiet.wait(min(every, 5.0)):
             now = time.monotonic()
             with self._lock:
                 pending = self._negotiation.pending()

@@ -109,6 +109,7 @@ def remove(process_set: ProcessSet) -> bool:
         return False
     if tset.controller is not None:
         tset.controller.close()
+    release(tset)
     return True
 
 
@@ -150,3 +151,10 @@ def close_all(timeout: float = 10.0) -> None:
         tset = _S["sets"].pop(set_id)
         if tset.controller is not None:
             tset.controller.close(timeout)
+        release(tset)
+
+
+def release(tset: TorchSet) -> None:
+    """Drop the set's process groups: the controller's ``run`` closure makes the set a reference
+    cycle, which would keep both groups (and their gloo threads) alive into interpreter finalization."""
+    tset.group = tset.fused_group = tset.place = tset.controller = None

@@ -5,8 +5,10 @@ gradient, as in apex. ``set_grad_none`` is ``zero_grad``'s default. apex refused
 """
 import torch
 
+from ._grad_none import SetGradNoneDefault
 
-class FusedAdam(torch.optim.Adam):
+
+class FusedAdam(SetGradNoneDefault, torch.optim.Adam):
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, adam_w_mode=True,
                  weight_decay=0.0, amsgrad=False, set_grad_none=True, capturable=False,
                  master_weights=False):
@@ -18,6 +20,3 @@ class FusedAdam(torch.optim.Adam):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                          decoupled_weight_decay=adam_w_mode)
         self.set_grad_none = set_grad_none
-
-    def zero_grad(self, set_to_none=None):
-        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)

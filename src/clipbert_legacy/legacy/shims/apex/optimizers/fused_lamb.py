@@ -8,8 +8,10 @@ gradient, else 1) with bias correction; the update ``m / (sqrt(v) + eps)`` plus 
 """
 import torch
 
+from ._grad_none import SetGradNoneDefault
 
-class FusedLAMB(torch.optim.Optimizer):
+
+class FusedLAMB(SetGradNoneDefault, torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
                  amsgrad=False, adam_w_mode=True, grad_averaging=True, set_grad_none=True, max_grad_norm=1.0,
                  use_nvlamb=False):
@@ -22,9 +24,6 @@ class FusedLAMB(torch.optim.Optimizer):
         self.adam_w_mode = adam_w_mode
         self.set_grad_none = set_grad_none
         self.use_nvlamb = use_nvlamb
-
-    def zero_grad(self, set_to_none=None):
-        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
 
     def _clip_factor(self):
         grads = [p.grad.float() for g in self.param_groups for p in g["params"] if p.grad is not None]

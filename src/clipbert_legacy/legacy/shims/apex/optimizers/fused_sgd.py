@@ -2,8 +2,10 @@
 apex's default; ``wd_after_momentum=True`` is not provided)."""
 import torch
 
+from ._grad_none import SetGradNoneDefault
 
-class FusedSGD(torch.optim.SGD):
+
+class FusedSGD(SetGradNoneDefault, torch.optim.SGD):
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False,
                  wd_after_momentum=False, materialize_master_grads=True,
                  set_grad_none=False):
@@ -13,6 +15,3 @@ class FusedSGD(torch.optim.SGD):
         super().__init__(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                          nesterov=nesterov)
         self.set_grad_none = set_grad_none
-
-    def zero_grad(self, set_to_none=None):
-        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
