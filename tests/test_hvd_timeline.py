@@ -14,7 +14,6 @@ from tests import mp_utils
 WORKER = "tests/workers/hvd_timeline.py"
 # start-up of a 2-process job: about 10 s on an idle 2-core machine; the checks need a second
 JOB_TIMEOUT_S = 300
-pytestmark = pytest.mark.multiprocess
 
 
 def _events(path):
@@ -39,7 +38,11 @@ def _balanced(trace):
     return all(d == 0 for d in depth.values())
 
 
+@pytest.mark.multiprocess
 def test_timeline_is_written_while_the_job_runs(tmp_path):
+    """A paused torchrun job: rank 0's file exists and parses with the events so far; after the job, the
+    environment's file and ``start_timeline``'s file each hold their part."""
+    mp_utils._require_serial("torchrun")
     path = tmp_path / "timeline.json"
     cmd = [sys.executable, "-m", "clipbert_legacy.compat.loopback", "torchrun", "--nproc_per_node", "2",
            "--master_addr", "127.0.0.1", "--master_port", str(mp_utils.free_port()), WORKER,
