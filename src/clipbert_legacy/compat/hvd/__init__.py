@@ -31,6 +31,9 @@ docs/horovod.md):
   object's type name (ranks passing objects of different types would otherwise wait for each other).
 * No ``HOROVOD_*`` setting is changed: ``init()`` leaves Horovod's cycle time and the rest to the user
   (the project's task entry chooses a CPU cycle time for its own jobs: ``clipbert_legacy.tasks.cpu``).
+* ``hvd.elastic`` is Horovod's own module on the horovod backend; on the torch backend it is refused
+  (``AttributeError``, ``ELASTIC_ON_TORCH``): torchrun restarts every worker instead of re-forming the
+  survivors, so resume with ``--max-restarts`` and the engine's restore file.
 """
 from __future__ import annotations
 
@@ -290,10 +293,22 @@ def busy() -> contextlib.AbstractContextManager:
     return backend.busy() if backend is not None and hasattr(backend, "busy") else contextlib.nullcontext()
 
 
+ELASTIC_ON_TORCH = (
+    "hvd.elastic does not run on the torch backend (torchrun, or DIST_BACKEND=torch): Horovod's elastic mode "
+    "keeps the survivors running and re-forms them in-process, but torchrun restarts every worker after a "
+    "failure or membership change, so its in-memory commits would be lost; use torchrun --max-restarts K "
+    "(--nnodes MIN:MAX) and resume from a restore file (the engine writes ckpt/restore.pt every "
+    "elastic_commit_steps steps, docs/scaling_out.md), or launch with horovodrun --min-np/--max-np")
+
+
 def __getattr__(name: str) -> Any:
     """``hvd.elastic``: Horovod's own elastic module (``hvd.elastic.run``, ``TorchState``), loaded when
-    first used; it drives Horovod itself, so it belongs to ``horovodrun`` jobs."""
+    first used; it drives Horovod itself, so it belongs to ``horovod``-backend jobs. On the torch backend
+    (the one ``init()`` chose, or would choose) it is an ``AttributeError`` saying why and what to use
+    instead: Horovod's module there says "Horovod has not been initialized" after ``hvd.init()``."""
     if name == "elastic":
+        if (STATE.name or _resolve_backend()) == "torch":
+            raise AttributeError(ELASTIC_ON_TORCH)
         try:
             import horovod.torch.elastic as elastic
         except ImportError as e:

@@ -97,10 +97,10 @@ def init(comm=None, process_sets=None):
         sys.excepthook = _note_failure
     _S["group"] = world > 1
     _S["generation"] += 1
+    start_from_env(_S["rank"])  # before the sets' threads: the first negotiation is in the timeline
     sets.start(_S["rank"], world, _S["generation"], _S["device"])
     for process_set in process_sets if isinstance(process_sets, (list, tuple)) else ():
         sets.add(process_set)
-    start_from_env(_S["rank"])
 
 
 def _restarted():

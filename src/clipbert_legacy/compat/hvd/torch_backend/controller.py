@@ -38,6 +38,7 @@ from typing import Any
 
 from clipbert_legacy.compat._store_auth import seal, unseal, warn_once
 from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, STOP, Negotiation
+from clipbert_legacy.compat.hvd.torch_backend.timeline import negotiation_done, negotiation_event
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +97,15 @@ class LocalController:
     def submit(self, req: Request) -> None:
         with self._lock:
             _claim(self._pending, req)
-            for resp in self._negotiation.add(_event(self.rank, req)):
+            for resp in self._negotiate(_event(self.rank, req)):
                 run_response(resp, self._pending.pop(resp["n"], None), self._execute)
+
+    def _negotiate(self, event: dict) -> list[dict]:
+        """One event through the negotiation, recorded in the timeline (rank 0, when one runs)."""
+        negotiation_event(event)
+        responses = self._negotiation.add(event)
+        negotiation_done(responses)
+        return responses
 
     def announce_leave(self) -> None:
         """Nothing to tell: no other rank waits on a set of one."""
@@ -224,7 +232,7 @@ class Controller(LocalController):
     def _negotiation_step(self, key: str, event: dict) -> list[dict]:
         with self._lock:
             try:
-                return self._negotiation.add(event)
+                return self._negotiate(event)
             except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
                 warn_once(key, f"an event the negotiation cannot read ({type(e).__name__}: {str(e)[:80]})")
                 return []

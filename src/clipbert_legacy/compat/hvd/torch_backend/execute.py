@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from clipbert_legacy.compat.hvd.torch_backend.timeline import span
+from clipbert_legacy.compat.hvd.torch_backend.timeline import activity, operation, transport
 
 _REDUCE = {"sum": dist.ReduceOp.SUM, "average": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN,
            "max": dist.ReduceOp.MAX, "product": dist.ReduceOp.PRODUCT}
@@ -49,12 +49,18 @@ def execute(resp: dict, req: Any, place: Place) -> Any:
     extra = req.extra if req is not None else {}
     if place.cuda_index is not None and torch.cuda.current_device() != place.cuda_index:
         torch.cuda.set_device(place.cuda_index)  # the current device is per thread
-    with span(kind, resp["n"]), torch.no_grad():  # the caller's autograd functions own the graph
+    with operation(kind, resp["n"], tensors), torch.no_grad():  # the callers' autograd owns the graph
         if kind == "BARRIER":  # a CPU allreduce: the Gloo half of a cpu:gloo,cuda:nccl group, on any GPU
             if place.size > 1:
-                dist.all_reduce(torch.zeros(1), group=place.group)
+                with _wire(resp, "cpu"):
+                    dist.all_reduce(torch.zeros(1), group=place.group)
             return None
         return _RUNNERS[kind](resp, tensors, outputs, place, extra)
+
+
+def _wire(resp: dict, device: Any) -> Any:
+    """The timeline's activity of the collective itself (``GLOO_ALLREDUCE``, ``NCCL_BCAST`` ...)."""
+    return activity(resp["k"], resp["n"], transport(resp["k"], device))
 
 
 def _stand_ins(resp: dict, place: Place) -> list[torch.Tensor]:
@@ -96,7 +102,8 @@ def _allreduce(resp: dict, tensors: list, outputs: list | None, place: Place, _e
         flat = torch.cat([scale(tensors[i].detach().reshape(-1), meta["pre"]) for i in idx])
         wire = flat.to(_WIRE.get(dtype, dtype))
         if place.size > 1:
-            dist.all_reduce(wire, op=_REDUCE[meta["op"]], group=place.group)
+            with _wire(resp, wire.device):
+                dist.all_reduce(wire, op=_REDUCE[meta["op"]], group=place.group)
         flat = scale(wire.to(dtype), post)
         for i, part in zip(idx, flat.split([tensors[i].numel() for i in idx])):
             results[i] = _store(part.view(tensors[i].shape), outputs, i)
@@ -143,7 +150,8 @@ def _allgather(resp: dict, tensors: list, _outputs: Any, place: Place, extra: di
         buf = torch.zeros(longest, dtype=torch.uint8, device=mine.device)
         buf[:mine.numel()] = mine
         parts = [torch.empty_like(buf) for _ in range(place.size)]
-        dist.all_gather(parts, buf, group=place.group)
+        with _wire(resp, buf.device):
+            dist.all_gather(parts, buf, group=place.group)
     results = []
     for i, t in enumerate(tensors):
         pieces = []
@@ -168,7 +176,8 @@ def _broadcast(resp: dict, tensors: list, outputs: list | None, place: Place, _e
         total = sum(math.prod(s) * t.element_size() for s, t in zip(root_shapes, tensors))
         buf = torch.empty(total, dtype=torch.uint8, device=tensors[0].device)
     if place.size > 1:
-        dist.broadcast(buf, src=root, group=place.group)
+        with _wire(resp, buf.device):
+            dist.broadcast(buf, src=root, group=place.group)
     results, start = [], 0
     for i, (s, t) in enumerate(zip(root_shapes, tensors)):
         n = math.prod(s) * t.element_size()
@@ -192,7 +201,9 @@ def _alltoall(resp: dict, tensors: list, _outputs: Any, place: Place, extra: dic
     src = _as_bytes(t)[:sum(send) * row]
     out = torch.empty(sum(recv) * row, dtype=torch.uint8, device=t.device)
     if place.size > 1:
-        dist.all_to_all_single(out, src, [n * row for n in recv], [n * row for n in send], group=place.group)
+        with _wire(resp, out.device):
+            dist.all_to_all_single(out, src, [n * row for n in recv], [n * row for n in send],
+                                   group=place.group)
     else:
         out.copy_(src)
     result = _from_bytes(out, t.dtype, [sum(recv), *t.shape[1:]])
@@ -218,7 +229,8 @@ def _reducescatter(resp: dict, tensors: list, _outputs: Any, place: Place, _extr
         inputs = [torch.cat(c) for c in chunks]
         out = torch.empty_like(inputs[place.index])
         if place.size > 1:
-            dist.reduce_scatter(out, inputs, op=_REDUCE[meta["op"]], group=place.group)
+            with _wire(resp, out.device):
+                dist.reduce_scatter(out, inputs, op=_REDUCE[meta["op"]], group=place.group)
         else:
             out.copy_(inputs[0])
         out = scale(out.to(dtype), post)

@@ -33,7 +33,7 @@ class TorchBackendState:
     collective failed, the init generation (``__init__``); ``sets``: the registered process sets and their
     store prefix (``sets``); ``handles`` / ``next_handle`` / ``handles_lock``: outstanding async
     operations (``ops``); ``optimizers``: the global set's DistributedOptimizers in creation order
-    (``optimizer``); ``timeline``: the running profiler (``timeline``); ``watchdog`` /
+    (``optimizer``); ``timeline``: the running timeline writer (``timeline``); ``watchdog`` /
     ``watchdog_lock``: the peer watchdog's store client and thread (``peer_watchdog``)."""
 
     process: dict[str, Any] = field(default_factory=_process)
@@ -42,7 +42,7 @@ class TorchBackendState:
     next_handle: itertools.count = field(default_factory=lambda: itertools.count(1))
     handles_lock: threading.Lock = field(default_factory=threading.Lock)
     optimizers: list[weakref.ref] = field(default_factory=list)
-    timeline: dict[str, Any] = field(default_factory=lambda: {"prof": None, "path": None, "rank": 0})
+    timeline: dict[str, Any] = field(default_factory=lambda: {"writer": None, "rank": 0, "atexit": False})
     watchdog: dict[str, Any] = field(default_factory=_watchdog)
     watchdog_lock: threading.Lock = field(default_factory=threading.Lock)
 
