@@ -36,6 +36,7 @@ def _launcher(name):
     return mp_utils.run_horovod if name == "horovod" else mp_utils.run_torchrun
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 @pytest.mark.parametrize("bpps", [1, 2])
 def test_two_processes_match_single_process(tmp_path, launcher, bpps):
@@ -76,6 +77,7 @@ def test_bad_arguments_are_clear():
         hvd.set_backend("mpi")
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 def test_step_misuse_raises_instead_of_hanging(tmp_path, launcher):
     run = _launcher(launcher)
@@ -84,6 +86,7 @@ def test_step_misuse_raises_instead_of_hanging(tmp_path, launcher):
     assert "more than backward_passes_per_step" in p.stdout + p.stderr
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 def test_failing_rank_ends_job_quickly(tmp_path, launcher):
     run = _launcher(launcher)
@@ -94,6 +97,7 @@ def test_failing_rank_ends_job_quickly(tmp_path, launcher):
     assert "rank 1 fails on purpose" in p.stdout + p.stderr
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 def test_all_gather_list_small_and_10mb(tmp_path, launcher):
     run = _launcher(launcher)
