@@ -16,7 +16,8 @@ def torch_hvd(monkeypatch):
 
 
 def test_adasum_is_refused_with_the_alternatives(torch_hvd):
-    with pytest.raises(hvd.HorovodInternalError, match="Adasum needs real Horovod built with MPI.*Average, Sum"):
+    with pytest.raises(hvd.HorovodInternalError,
+                       match="Adasum needs real Horovod built with MPI.*Average, Sum"):
         torch_hvd.allreduce(torch.ones(3), op=torch_hvd.Adasum)
     model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="Average or Sum; Adasum needs real Horovod built with MPI"):
