@@ -1,38 +1,44 @@
 """What the torch backend cannot do is refused at the call, in one line naming the alternative
-(docs/horovod.md, "Every difference from horovod.torch"): Adasum, MPI communicators. One process,
-``DIST_BACKEND=torch`` (no launcher), so each call reaches the backend's own check."""
-import pytest
-import torch
+(docs/horovod.md, "Every difference from horovod.torch"): Adasum, MPI communicators. One process with
+``DIST_BACKEND=torch`` (no launcher), in a fresh interpreter: a test process may already hold Horovod's
+backend from an earlier test."""
+import json
 
+from tests import mp_utils
+
+SCRIPT = r"""
+import json, torch
 import clipbert_legacy.compat.hvd as hvd
 
-
-@pytest.fixture
-def torch_hvd(monkeypatch):
-    monkeypatch.setenv("DIST_BACKEND", "torch")
-    hvd.init()
-    yield hvd
-    hvd.shutdown()
-
-
-def test_adasum_is_refused_with_the_alternatives(torch_hvd):
-    with pytest.raises(hvd.HorovodInternalError,
-                       match="Adasum needs real Horovod built with MPI.*Average, Sum"):
-        torch_hvd.allreduce(torch.ones(3), op=torch_hvd.Adasum)
-    model = torch.nn.Linear(2, 2)
-    with pytest.raises(ValueError, match="Average or Sum; Adasum needs real Horovod built with MPI"):
-        torch_hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                       named_parameters=model.named_parameters(), op=torch_hvd.Adasum)
-
-
-def test_mpi_communicators_are_refused(monkeypatch):
-    monkeypatch.setenv("DIST_BACKEND", "torch")
-    with pytest.raises(ValueError, match=r"hvd.init\(comm=...\) takes an MPI communicator; the torch backend "
-                                         r"has no MPI"):
-        hvd.init(comm=[0])
-    assert not hvd.is_initialized()
-    hvd.init()
+out = {}
+def refused(call):
     try:
-        assert (hvd.mpi_enabled(), hvd.mpi_built(), hvd.mpi_threads_supported()) == (False, False, False)
-    finally:
-        hvd.shutdown()
+        call()
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return "not refused"
+
+out["comm"] = refused(lambda: hvd.init(comm=[0]))
+out["initialized_after_comm"] = hvd.is_initialized()
+hvd.init()
+model = torch.nn.Linear(2, 2)
+out["allreduce"] = refused(lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum))
+out["optimizer"] = refused(lambda: hvd.DistributedOptimizer(
+    torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters(), op=hvd.Adasum))
+out["mpi"] = [hvd.mpi_enabled(), hvd.mpi_built(), hvd.mpi_threads_supported()]
+hvd.shutdown()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_adasum_and_mpi_communicators_are_refused_in_one_line():
+    p = mp_utils.check(mp_utils.run_python(["-c", SCRIPT], timeout=300, env={"DIST_BACKEND": "torch"}))
+    out = json.loads(next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    assert out["comm"] == ("ValueError: hvd.init(comm=...) takes an MPI communicator; the torch backend has "
+                           "no MPI"), out
+    assert out["initialized_after_comm"] is False
+    assert out["allreduce"].startswith("HorovodInternalError: Adasum needs real Horovod built with MPI; the "
+                                       "torch backend reduces with Average, Sum"), out
+    assert out["optimizer"].startswith("ValueError: DistributedOptimizer op 'adasum': the torch backend "
+                                       "reduces gradients with Average or Sum; Adasum needs real"), out
+    assert out["mpi"] == [False, False, False]
