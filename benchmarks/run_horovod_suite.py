@@ -10,6 +10,23 @@ hung when the job ran past ``--timeout``, and failed otherwise. Prints one line 
 (passed / failed / skipped / hung); ``--json`` keeps the outcomes, ``--compare`` lists the tests whose
 outcome differs from an earlier ``--json``.
 
+``--one_job N`` runs the whole file in one job instead, as Horovod's CI does (``pytest test_torch.py``
+under ``horovodrun -np 2``: every test calls ``hvd.init()``, and under horovodrun the test's ``tearDown``
+calls ``hvd.barrier(); hvd.shutdown()``, so one job initialises Horovod about 115 times), ``N`` times one
+after another, each with ``--timeout`` for the whole job. Each job is counted as clean (it ended by
+itself, nothing aborted, every test's outcome the expected one: the baseline's from ``--compare``, an
+earlier ``--one_job`` ``--json`` of real Horovod, else only passed or skipped), failed (it ended, some
+outcome differs), aborted (``terminate called``, SIGABRT, SIGSEGV, ``Fatal Python error``) or hung;
+the per-test outcomes come from every rank's JUnit report. ``--pmi_vars`` sets ``PMI_RANK``/``PMI_SIZE``
+in torchrun's workers (the suite's ``test_horovod_rank``/``size`` read them without ``HOROVOD_RANK``).
+
+    nice -n 10 .venv/bin/python benchmarks/run_horovod_suite.py \\
+        --tests /tmp/horovod/test/parallel/test_torch.py --launcher horovodrun --module horovod.torch \\
+        --one_job 5 --timeout 1200 --json real_onejob.json
+    nice -n 10 .venv/bin/python benchmarks/run_horovod_suite.py \\
+        --tests /tmp/horovod/test/parallel/test_torch.py --launcher torchrun --pmi_vars \\
+        --one_job 5 --timeout 1200 --compare real_onejob.json --json ours_onejob.json
+
     git clone --branch v0.28.1 https://github.com/horovod/horovod /tmp/horovod   # or any copy of v0.28.1
     nice -n 10 .venv/bin/python benchmarks/run_horovod_suite.py \\
         --tests /tmp/horovod/test/parallel/test_torch.py --launcher torchrun --json torchrun.json
@@ -24,6 +41,8 @@ import argparse
 import ast
 import json
 import os
+import re
+import resource
 import shutil
 import signal
 import socket
@@ -39,9 +58,14 @@ IMPORT_LINE = "import horovod.torch as hvd"
 DRIVER = """import os, sys
 import pytest
 rank = os.environ.get("HOROVOD_RANK") or os.environ.get("RANK") or "0"
+if os.environ.get("SUITE_PMI_VARS") and "RANK" in os.environ:
+    os.environ["PMI_RANK"], os.environ["PMI_SIZE"] = os.environ["RANK"], os.environ["WORLD_SIZE"]
 sys.exit(pytest.main([sys.argv[1], "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                       "--junitxml=" + os.path.join(sys.argv[2], "rank" + rank + ".xml")]))
 """
+ABORTS = re.compile(r"terminate called|core dumped|Segmentation fault|Fatal Python error|"
+                    r"SIGABRT|SIGSEGV|exitcode\s*:\s*-(6|11)\b|[Ss]ignal 6\b|[Ss]ignal 11\b|"
+                    r"status code (-6|-11|134|139)\b")
 
 
 def test_names(test_file: Path, cls: str = "TorchTests") -> list[str]:
@@ -83,11 +107,12 @@ def command(launcher: str, np: int, driver: Path, test_id: str, reports: Path) -
             "127.0.0.1", "--master_port", str(free_port()), str(driver), test_id, str(reports)]
 
 
-def run_one(launcher: str, np: int, target: Path, name: str, timeout: float) -> dict:
-    """One test in its own job; returns {outcome, seconds, detail}."""
-    reports = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=target.parent.parent))
-    test_id = f"{target}::TorchTests::{name}"
+def launch(launcher: str, np: int, target: Path, test_id: str, reports: Path, timeout: float,
+           pmi_vars: bool = False) -> tuple:
+    """One job of ``np`` ranks running pytest on ``test_id``: (returncode or None if it hung, output, s)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if pmi_vars:
+        env["SUITE_PMI_VARS"] = "1"
     t0 = time.time()
     proc = subprocess.Popen(command(launcher, np, target.parent.parent / "driver.py", test_id, reports),
                             cwd=target.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -97,9 +122,28 @@ def run_one(launcher: str, np: int, target: Path, name: str, timeout: float) -> 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        return {"outcome": "hung", "seconds": round(time.time() - t0, 1), "detail": _tail(out)}
-    outcome, detail = combine([_rank_result(reports / f"rank{r}.xml") for r in range(np)], proc.returncode)
-    return {"outcome": outcome, "seconds": round(time.time() - t0, 1), "detail": detail or _tail(out)}
+        return None, out, round(time.time() - t0, 1)
+    return proc.returncode, out, round(time.time() - t0, 1)
+
+
+def run_one(launcher: str, np: int, target: Path, name: str, timeout: float, pmi_vars: bool = False) -> dict:
+    """One test in its own job; returns {outcome, seconds, detail}."""
+    reports = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=target.parent.parent))
+    test_id = f"{target}::TorchTests::{name}"
+    rc, out, seconds = launch(launcher, np, target, test_id, reports, timeout, pmi_vars)
+    if rc is None:
+        return {"outcome": "hung", "seconds": seconds, "detail": _tail(out)}
+    outcome, detail = combine([_rank_result(reports / f"rank{r}.xml") for r in range(np)], rc)
+    return {"outcome": outcome, "seconds": seconds, "detail": detail or _tail(out)}
+
+
+def _case_result(case: ET.Element, rank: str) -> tuple[str, str]:
+    for tag, outcome in (("failure", "failed"), ("error", "failed"), ("skipped", "skipped")):
+        node = case.find(tag)
+        if node is not None:
+            message = (node.get("message") or tag).splitlines()[0][:300] if node.get("message") else tag
+            return outcome, f"{rank}: {message}"
+    return "passed", ""
 
 
 def _rank_result(report: Path) -> tuple[str, str]:
@@ -109,12 +153,33 @@ def _rank_result(report: Path) -> tuple[str, str]:
     case = ET.parse(report).getroot().find(".//testcase")
     if case is None:
         return "missing", f"{report.stem}: no test ran"
-    for tag, outcome in (("failure", "failed"), ("error", "failed"), ("skipped", "skipped")):
-        node = case.find(tag)
-        if node is not None:
-            message = (node.get("message") or tag).splitlines()[0][:300]
-            return outcome, f"{report.stem}: {message}"
-    return "passed", ""
+    return _case_result(case, report.stem)
+
+
+def _rank_cases(report: Path) -> dict[str, tuple[str, str]]:
+    """{test name: (outcome, message)} of one rank's JUnit report of a whole-file job ({} if none)."""
+    if not report.is_file():
+        return {}
+    try:
+        root = ET.parse(report).getroot()
+    except ET.ParseError:
+        return {}
+    return {case.get("name"): _case_result(case, report.stem) for case in root.iter("testcase")}
+
+
+def run_file(launcher: str, np: int, target: Path, names: list[str], timeout: float, pmi_vars: bool) -> dict:
+    """The whole file in one job: {job: passed-by-itself|aborted|hung|exit N, seconds, results, detail}."""
+    reports = Path(tempfile.mkdtemp(prefix="onejob-", dir=target.parent.parent))
+    rc, out, seconds = launch(launcher, np, target, str(target), reports, timeout, pmi_vars)
+    ranks = [_rank_cases(reports / f"rank{r}.xml") for r in range(np)]
+    results = {}
+    for name in names:
+        per_rank = [rk.get(name, ("missing", f"rank{r}: not reported")) for r, rk in enumerate(ranks)]
+        outcome, detail = combine(per_rank, 0)
+        results[name] = {"outcome": outcome if any(rk for rk in ranks) else "no report", "seconds": 0,
+                         "detail": detail}
+    job = "hung" if rc is None else "aborted" if ABORTS.search(out) else f"exit {rc}"
+    return {"job": job, "seconds": seconds, "results": results, "detail": _tail(out, 12), "output": out}
 
 
 def combine(results: list[tuple[str, str]], returncode: int) -> tuple[str, str]:
@@ -138,7 +203,7 @@ def _tail(out: str, lines: int = 6) -> str:
 def summarize(results: dict[str, dict]) -> dict[str, int]:
     counts = {"passed": 0, "failed": 0, "skipped": 0, "hung": 0}
     for r in results.values():
-        counts[r["outcome"]] += 1
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
     return counts
 
 
@@ -154,10 +219,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", dest="only", action="append", default=[], help="run tests whose name contains this")
     ap.add_argument("--json", type=Path, help="write the outcomes here")
     ap.add_argument("--compare", type=Path, help="an earlier --json: list the tests whose outcome differs")
+    ap.add_argument("--one_job", type=int, default=0, metavar="N",
+                    help="run the whole file in one job (as Horovod's CI), N times; --timeout is per job")
+    ap.add_argument("--pmi_vars", action="store_true", help="torchrun: PMI_RANK/PMI_SIZE in the workers")
+    ap.add_argument("--log_dir", type=Path,
+                    help="--one_job: keep each job's output here, and the core file of a rank that aborts")
     a = ap.parse_args(argv)
     names = [n for n in test_names(a.tests) if not a.only or any(k in n for k in a.only)]
     workdir = Path(tempfile.mkdtemp(prefix="horovod_suite_"))
     results: dict[str, dict] = {}
+    if a.one_job:
+        try:
+            return one_job(a, prepare(a.tests, a.module, workdir), names)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
     try:
         target = prepare(a.tests, a.module, workdir)
         t0 = time.time()
@@ -165,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.budget_s and time.time() - t0 > a.budget_s:
                 print(f"time budget of {a.budget_s:.0f} s spent: {len(names) - i} tests not run", flush=True)
                 break
-            results[name] = run_one(a.launcher, a.np, target, name, a.timeout)
+            results[name] = run_one(a.launcher, a.np, target, name, a.timeout, a.pmi_vars)
             r = results[name]
             print(f"[{i + 1}/{len(names)}] {r['outcome']:7s} {r['seconds']:6.1f}s {name}"
                   + (f"  -- {r['detail'][:200]}" if r["outcome"] not in ("passed",) and r["detail"] else ""),
@@ -174,6 +249,48 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     report(a, results)
     return 0
+
+
+def one_job(a: argparse.Namespace, target: Path, names: list[str]) -> int:
+    """``--one_job N``: the whole file N times, one job each; prints each job's verdict and the tally."""
+    expected = ({n: r["outcome"] for n, r in json.loads(a.compare.read_text())["results"].items()
+                 if r["outcome"] in ("passed", "failed", "skipped")} if a.compare else {})
+    jobs, tally = [], {"clean": 0, "failed": 0, "aborted": 0, "hung": 0}
+    for i in range(a.one_job):
+        if a.log_dir:  # a rank that aborts leaves a core file (core_pattern "core": in the job's cwd)
+            hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+            resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+        job = run_file(a.launcher, a.np, target, names, a.timeout, a.pmi_vars)
+        output = job.pop("output")
+        if a.log_dir:
+            a.log_dir.mkdir(parents=True, exist_ok=True)
+            (a.log_dir / f"job{i + 1}.log").write_text(output)
+            for n, core in enumerate(sorted(target.parent.glob("core*"))):
+                shutil.move(str(core), a.log_dir / f"job{i + 1}.core{n}")
+        counts = summarize(job["results"])
+        differ = {n: r for n, r in job["results"].items()
+                  if r["outcome"] != expected.get(n, r["outcome"] if r["outcome"] in ("passed", "skipped")
+                                                  else "passed")}
+        verdict = ("hung" if job["job"] == "hung" else "aborted" if job["job"] == "aborted"
+                   else "failed" if differ else "clean")
+        if verdict in ("hung", "aborted"):  # without the reports, the list of tests says nothing
+            differ = {n: r for n, r in job["results"].items() if r["outcome"] not in ("no report", "hung")}
+        tally[verdict] += 1
+        job.update(verdict=verdict, counts=counts, differ=sorted(differ))
+        jobs.append(job)
+        print(f"job {i + 1}/{a.one_job}: {verdict} ({job['job']}, {job['seconds']:.0f} s): "
+              + ", ".join(f"{k} {v}" for k, v in counts.items())
+              + "".join(f"\n    {n}: {r['outcome']} (expected {expected.get(n, 'passed')}) "
+                        f"{r['detail'][:200]}" for n, r in sorted(differ.items()))
+              + (f"\n    output: {job['detail']}" if verdict in ("hung", "aborted") else ""), flush=True)
+    print(f"\n`{a.module}` under `{a.launcher}`, the whole file in one job: "
+          f"{tally['clean']}/{a.one_job} clean, "
+          f"{tally['failed']} failed, {tally['aborted']} aborted, {tally['hung']} hung")
+    if a.json:
+        last = jobs[-1]["results"] if jobs else {}
+        a.json.write_text(json.dumps({"module": a.module, "launcher": a.launcher, "np": a.np, "tally": tally,
+                                      "results": last, "jobs": jobs}, indent=1))
+    return 0 if tally["clean"] == a.one_job else 1
 
 
 def report(a: argparse.Namespace, results: dict[str, dict]) -> None:

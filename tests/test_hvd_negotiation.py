@@ -2,7 +2,7 @@
 Horovod's coordinator logic without processes: operations are matched by name whatever order the ranks
 issued them in, mismatches become one error for every rank, joined ranks count as ready, and the last rank
 to join is reported."""
-from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, STOP, Negotiation
+from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, STOP, WAIT, Negotiation
 
 
 def ev(rank, name, kind="ALLREDUCE", shape=(3,), dtype="torch.float32", **meta):
@@ -101,3 +101,48 @@ def test_a_rank_that_left_fails_what_waits_for_it_and_what_comes_after():
     assert len(later) == 1 and later[0]["n"] == "y" and "shut down" in later[0]["err"]
     assert neg.pending() == {}
     assert neg.add({"r": 0, "n": LEAVE, "k": LEAVE, "m": {}}) == [{"k": STOP, "n": STOP}]
+
+
+def wait(rank, name):
+    return {"r": rank, "n": name, "k": WAIT, "m": {}}
+
+
+def test_ranks_waiting_on_each_other_fail_and_stop_the_set():
+    """Rank 0 waits in a barrier rank 1 never submitted; rank 1 went on and waits in an allreduce rank 0
+    never submitted: neither can go on, so both get an error naming where each waits, then STOP."""
+    neg = Negotiation([0, 1])
+    assert neg.add(ev(0, "barrier.noname.1", kind="BARRIER")) == []
+    assert neg.add(wait(0, "barrier.noname.1")) == []  # rank 1 may still submit it
+    assert neg.add(ev(1, "x")) == []
+    out = neg.add(wait(1, "x"))
+    assert [r["n"] for r in out] == ["barrier.noname.1", "x", STOP]
+    for r in out[:2]:
+        assert "every rank waits on an operation that another rank has not submitted" in r["err"]
+        assert ("rank 0 waits in BARRIER 'barrier.noname.1', not submitted by rank 1; "
+                "rank 1 waits in ALLREDUCE 'x', not submitted by rank 0") in r["err"]
+    assert neg.pending() == {}
+
+
+def test_a_rank_that_stopped_waiting_or_whose_wait_completes_is_no_deadlock():
+    neg = Negotiation([0, 1])
+    neg.add(ev(0, "a"))
+    neg.add(wait(0, "a"))
+    neg.add(ev(1, "b"))
+    assert neg.add(wait(1, "")) == []  # rank 1 no longer waits (its wait on something else ended)
+    (a,) = neg.add(ev(1, "a"))  # rank 1 submits a: it runs; rank 0's wait is over
+    assert a["n"] == "a" and a["err"] is None
+    assert neg.add(wait(1, "b")) == []  # rank 0 still reports a, which is no longer pending
+    (b,) = neg.add(ev(0, "b"))
+    assert b["n"] == "b" and b["err"] is None
+
+
+def test_a_joined_rank_waiting_in_join_counts_as_stuck():
+    neg = Negotiation([0, 1, 2])
+    neg.add({"r": 2, "n": "join", "k": JOIN, "m": {}})
+    neg.add(wait(2, "join"))
+    neg.add(ev(0, "p", kind="BROADCAST", root=0))
+    neg.add(wait(0, "p"))
+    assert neg.add(ev(1, "q", kind="BROADCAST", root=0)) == []
+    out = neg.add(wait(1, "q"))
+    assert [r["n"] for r in out] == ["p", "q", STOP]
+    assert "rank 2 waits in join" in out[0]["err"]

@@ -87,3 +87,31 @@ def test_runs_a_suite_under_torchrun(tmp_path):
     assert "fails on rank 1" in res["results"]["test_wrong"]["detail"]
     assert res["counts"] == {"passed": 1, "failed": 1, "skipped": 1, "hung": 1}
     assert "| `clipbert_legacy.compat.hvd` under `torchrun -np 2` | 1 | 1 | 1 | 1 |" in p.stdout
+
+
+@pytest.mark.multiprocess
+def test_runs_the_whole_file_in_one_job(tmp_path):
+    """``--one_job``: the file in one job, per-test outcomes from each rank's report; the job is clean only
+    when every outcome is the expected one (a baseline that expects test_wrong to fail makes it clean)."""
+    tests = _write_suite(tmp_path / "h")
+    tests.write_text(SUITE.split("    def test_hangs")[0])
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"results": {"test_wrong": {"outcome": "failed"}}}))
+    runs = {}
+    for name, extra in (("plain", []), ("baseline", ["--compare", str(baseline)])):
+        out = tmp_path / f"{name}.json"
+        cmd = [sys.executable, "benchmarks/run_horovod_suite.py", "--tests", str(tests), "--launcher",
+               "torchrun", "--one_job", "1", "--timeout", "300", "--json", str(out), *extra]
+        p = subprocess.run(cmd, cwd=mp_utils.REPO, env=mp_utils._env(), capture_output=True, text=True,
+                           timeout=600)
+        runs[name] = (p, json.loads(out.read_text()))
+    p, res = runs["plain"]
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    assert res["tally"] == {"clean": 0, "failed": 1, "aborted": 0, "hung": 0}, p.stdout
+    assert {n: r["outcome"] for n, r in res["results"].items()} == {
+        "test_sums": "passed", "test_wrong": "failed", "test_skips": "skipped"}
+    assert res["jobs"][0]["differ"] == ["test_wrong"]
+    assert "fails on rank 1" in res["results"]["test_wrong"]["detail"]
+    p, res = runs["baseline"]
+    assert p.returncode == 0 and res["tally"]["clean"] == 1, p.stdout[-3000:]
+    assert "the whole file in one job: 1/1 clean" in p.stdout

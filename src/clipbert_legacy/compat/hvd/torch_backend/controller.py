@@ -3,8 +3,13 @@
 Horovod runs a background thread that negotiates every operation with a coordinator before executing
 it. Here the same happens over the TCP store ``torchrun`` already runs (the one ``peer_watchdog`` uses):
 
-* a rank **submits** an operation by pushing an event onto the set's log, a queue in the store (one
-  round trip; the log's order is the one order every rank agrees on);
+* a rank **submits** an operation by pushing an event onto the set's log, a queue in the store (the
+  log's order is the one order every rank agrees on). As Horovod's ``Enqueue*`` hands a request to its
+  background thread, the user's thread only queues the event for this rank's **sender** thread, which
+  pushes it: the user's thread keeps the GIL, so a second submission of the same name right after the
+  first is a duplicate whatever the machine's load (with a blocking push, the first operation could be
+  negotiated and run by the other threads before the user's thread was scheduled again: Horovod's
+  ``*_duplicate_name_error`` tests failed that way in about one job of five);
 * the **coordinator** thread of the set's lowest rank reads the log in order, feeds it to
   ``Negotiation`` (name matching, join, checks) and appends each ready response to the schedule ``s<j>``;
 * an **executor** thread on every member reads the schedule in order and runs each collective on the
@@ -20,7 +25,10 @@ member's ``LEAVE``, then the coordinator's ``STOP``). At process exit, when the 
 ``stop_threads`` wakes this rank's own threads (a ``WAKE`` event in the log for its coordinator, a
 ``STOP`` written where its executor waits, if the coordinator wrote nothing there) and joins them: a
 thread still blocked in a store call when the interpreter finalizes aborts the process once the call
-returns ("terminate called without an active exception", SIGABRT, issue 46). A stall monitor logs, every
+returns ("terminate called without an active exception", SIGABRT, issue 46). A rank whose user thread
+has waited ``WAIT_REPORT_S`` on an operation says so in the log (``WAIT``, and again when it no longer
+waits): when every member waits on an operation another has not submitted, the coordinator fails them
+all and shuts the set down (``negotiation``) instead of leaving the job hung. A stall monitor logs, every
 ``HOROVOD_STALL_CHECK_TIME_SECONDS`` (60 s, Horovod's variable), the operations some ranks submitted and
 others did not, naming the missing ranks. A set of one rank (or a job of one process) negotiates locally:
 no store, no threads.
@@ -37,12 +45,13 @@ from collections.abc import Callable
 from typing import Any
 
 from clipbert_legacy.compat._store_auth import seal, unseal, warn_once
-from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, STOP, Negotiation
+from clipbert_legacy.compat.hvd.torch_backend.negotiation import JOIN, LEAVE, STOP, WAIT, Negotiation
 from clipbert_legacy.compat.hvd.torch_backend.timeline import negotiation_done, negotiation_event
 
 logger = logging.getLogger(__name__)
 
 _DELETE_BATCH = 16  # schedule entries the coordinator's executor removes from the store at a time
+WAIT_REPORT_S = 1.0  # a user thread waiting this long on an operation tells the coordinator (deadlocks)
 WAKE = "WAKE"  # a rank's own event in the log: its coordinator thread ends if the rank is stopping
 _STARTED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # every thread a controller started
 
@@ -61,7 +70,7 @@ class Request:
     """One operation of this rank: what it submitted, and its outcome once executed."""
 
     __slots__ = ("name", "kind", "meta", "tensors", "outputs", "done", "error", "result", "extra",
-                 "submitted")
+                 "submitted", "owner")
 
     def __init__(self, name: str, kind: str, meta: dict, tensors: list | None = None,
                  outputs: list | None = None) -> None:
@@ -72,6 +81,18 @@ class Request:
         self.result: Any = None
         self.extra: dict = {}
         self.submitted = time.monotonic()
+        self.owner: LocalController | None = None  # the controller it was submitted to
+
+    def wait(self) -> None:
+        """Wait until it has run; a wait longer than ``WAIT_REPORT_S`` is reported to the coordinator
+        (``WAIT``, then an empty ``WAIT`` once over), so that ranks waiting on each other end."""
+        if self.done.wait(WAIT_REPORT_S) or self.owner is None:
+            self.done.wait()
+            return
+        reported = self.owner.report_wait(self.name)
+        self.done.wait()
+        if reported:
+            self.owner.report_wait("")
 
     def finish(self, result: Any = None, error: str | None = None) -> None:
         self.result, self.error = result, error
@@ -93,6 +114,10 @@ class LocalController:
             n = self._counters[kind]
             self._counters[kind] += 1
         return f"{kind.lower()}.noname.{n}"
+
+    def report_wait(self, _name: str) -> bool:
+        """Nothing to tell: a set of one never waits on another rank."""
+        return False
 
     def submit(self, req: Request) -> None:
         with self._lock:
@@ -128,6 +153,13 @@ class Controller(LocalController):
         self._quiet = threading.Event()  # the stall monitor's end: the set is closed or stopping
         self._next = 1  # the schedule entry the executor reads next
         self._negotiation = Negotiation(self.ranks)
+        self._outbox: collections.deque = collections.deque()  # (sealed event, its request or None)
+        self._outbox_cv = threading.Condition(threading.Lock())
+        self._send_stop = False
+        self._sender = threading.Thread(target=self._send_loop, args=(store_factory(),), daemon=True,
+                                        name=f"hvd-sender-{prefix}")
+        self._sender.start()
+        _STARTED.add(self._sender)
         self._threads = [threading.Thread(target=self._execute_loop, args=(store_factory(),), daemon=True,
                                           name=f"hvd-executor-{prefix}")]
         if rank == self.coordinator:
@@ -142,12 +174,58 @@ class Controller(LocalController):
             if self._closed:
                 raise ValueError("Horovod has been shut down: call hvd.init() first")
             _claim(self._pending, req)
-            self._log(_event(self.rank, req))
+            req.owner = self
+            self._log(_event(self.rank, req), req)
 
-    def _log(self, event: dict) -> None:
+    def report_wait(self, name: str) -> bool:
+        """Tell the coordinator that this rank's user thread waits on ``name`` ("": no longer waits);
+        returns whether it was told (not once the set is closed or the store is gone)."""
+        with self._lock:
+            if self._closed:
+                return False
+            try:
+                self._log({"r": self.rank, "n": name, "k": WAIT, "m": {}})
+            except Exception:  # the launcher's store is gone: the executor fails the operation itself
+                return False
+            return True
+
+    def _log(self, event: dict, req: Request | None = None) -> None:
+        """Queue one event of this rank for the sender thread (called under ``self._lock``: the
+        events keep the order the rank made them in)."""
         self._seq += 1
         key = self.prefix + "log"
-        self._store.queue_push(key, seal(key, {**event, "q": self._seq}))
+        value = seal(key, {**event, "q": self._seq})
+        with self._outbox_cv:
+            self._outbox.append((value, req))
+            self._outbox_cv.notify()
+
+    def _send_loop(self, store: Any) -> None:
+        """Push the queued events onto the log, in order; ends once stopped and the queue is empty. A push
+        that fails (the launcher's store is gone) fails its operation."""
+        key = self.prefix + "log"
+        while True:
+            with self._outbox_cv:
+                while not self._outbox and not self._send_stop:
+                    self._outbox_cv.wait()
+                if not self._outbox:
+                    return
+                value, req = self._outbox.popleft()
+            try:
+                store.queue_push(key, value)
+            except Exception as e:
+                if req is not None:
+                    with self._lock:
+                        if self._pending.get(req.name) is req:
+                            del self._pending[req.name]
+                    req.finish(error=f"lost the launcher's store: {e}")
+            value = req = None
+
+    def _stop_sender(self, timeout: float) -> None:
+        """The sender pushes what is queued, then ends."""
+        with self._outbox_cv:
+            self._send_stop = True
+            self._outbox_cv.notify()
+        self._sender.join(timeout)
 
     def announce_leave(self) -> None:
         """Log this rank's LEAVE once; operations of other ranks that need it then fail."""
@@ -179,10 +257,15 @@ class Controller(LocalController):
         self._stopping.set()
         self._quiet.set()
         deadline = time.monotonic() + timeout
+        self._stop_sender(timeout)  # what this rank queued (its LEAVE) is in the log first
         while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
             try:
                 if self._threads[-1].is_alive() and self.rank == self.coordinator:
-                    self._log({"r": self.rank, "n": WAKE, "k": WAKE, "m": {}})
+                    with self._lock:
+                        self._seq += 1
+                        key = self.prefix + "log"
+                        self._store.queue_push(key, seal(key, {"r": self.rank, "n": WAKE, "k": WAKE, "m": {},
+                                                               "q": self._seq}))
                 if self._threads[0].is_alive():  # only where the coordinator has not written the entry
                     entry = f"{self.prefix}s{self._next}"
                     self._store.compare_set(entry, "", seal(entry, {"k": STOP, "n": STOP}))
@@ -190,7 +273,7 @@ class Controller(LocalController):
                 pass
             for t in self._threads:
                 t.join(min(0.5, max(0.0, deadline - time.monotonic())))
-        return not any(t.is_alive() for t in self._threads)
+        return not any(t.is_alive() for t in (*self._threads, self._sender))
 
     def _coordinate_loop(self, store: Any) -> None:
         monitor = threading.Thread(target=self._stall_monitor, daemon=True, name=f"hvd-stall-{self.prefix}")

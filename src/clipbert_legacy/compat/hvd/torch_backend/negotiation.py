@@ -12,12 +12,20 @@ An event is a dict: ``r`` (global rank), ``n`` (name), ``k`` (kind), ``m`` (meta
 and ``sh`` shapes of the tensors, ``dev``, and per kind ``op``, ``pre``, ``post``, ``root``, ``splits``,
 ``obj`` (object broadcast: only the root knows the size), ``jo`` (joined ranks may take part with no
 rows; internal)).
+
+A ``WAIT`` event says that the rank's user thread has been waiting (``synchronize``) on the named
+operation for a while (an empty name: it no longer waits). When every member waits on an operation that
+still misses a rank, none of them can ever go on: the ranks took different paths (a rank that failed a
+check, caught the exception and went on to other operations while its peer still waits). Horovod's
+coordinator would stall there with a warning a minute until an outer timeout; here every waiting
+operation gets an error naming where each rank waits, and the set is shut down (``STOP``), as Horovod
+shuts down when a rank ends: a failing rank ends the job instead of hanging it.
 """
 from __future__ import annotations
 
 from typing import Any
 
-JOIN, LEAVE, STOP = "JOIN", "LEAVE", "STOP"
+JOIN, LEAVE, STOP, WAIT = "JOIN", "LEAVE", "STOP", "WAIT"
 JOIN_NAME = "join"
 REDUCING = ("ALLREDUCE", "REDUCESCATTER")
 SAME_SHAPE = ("ALLREDUCE", "BROADCAST", "REDUCESCATTER")
@@ -31,6 +39,7 @@ class Negotiation:
         self.table: dict[str, dict[int, dict]] = {}  # name -> rank -> event, in first-submission order
         self.joined: dict[int, int] = {}              # rank -> arrival order (the last to join is reported)
         self.left: set[int] = set()
+        self.waiting: dict[int, str] = {}            # rank -> the name its user thread waits on
         self._arrivals = 0
 
     def pending(self) -> dict[str, list[int]]:
@@ -41,6 +50,12 @@ class Negotiation:
     def add(self, event: dict) -> list[dict]:
         """Take one event from the log; return the responses it makes ready, in execution order."""
         kind = event["k"]
+        if kind == WAIT:
+            if event["n"]:
+                self.waiting[event["r"]] = event["n"]
+            else:
+                self.waiting.pop(event["r"], None)
+            return self._deadlock()
         if kind == LEAVE:  # an operation still waiting can never complete without the rank that left
             self.left.add(event["r"])
             if self.left >= set(self.ranks):
@@ -62,6 +77,38 @@ class Negotiation:
 
     def _ready(self, name: str) -> bool:
         return set(self.table[name]) | set(self.joined) >= set(self.ranks)
+
+    def _deadlock(self) -> list[dict]:
+        """Every member waits on an operation no rank can complete: an error for every operation still
+        pending, then ``STOP`` (the set is shut down on every rank). Else nothing."""
+        live = [r for r in self.ranks if r not in self.left]
+
+        def stuck(r: int) -> bool:
+            name = self.waiting.get(r)
+            return name in self.table or (name == JOIN_NAME and r in self.joined)
+
+        if not live or not all(stuck(r) for r in live):
+            return []
+        where = "; ".join(self._where(r) for r in live)
+        out = []
+        for name, entries in self.table.items():
+            first = next(iter(entries.values()))
+            out.append({"k": first["k"], "n": name, "m": first["m"], "joined": [],
+                        "err": f"{first['k']} '{name}': every rank waits on an operation that another rank "
+                               f"has not submitted, so none can go on ({where}): the ranks took different "
+                               "paths (a rank that failed and went on to other operations?). Horovod has "
+                               "been shut down; hvd.shutdown() and hvd.init() start it again"})
+        self.table, self.waiting = {}, {}
+        return out + [{"k": STOP, "n": STOP}]
+
+    def _where(self, r: int) -> str:
+        name = self.waiting[r]
+        if name not in self.table:
+            return f"rank {r} waits in join"
+        entries = self.table[name]
+        missing = [m for m in self.ranks if m not in entries and m not in self.joined]
+        return (f"rank {r} waits in {entries[r]['k'] if r in entries else '?'} '{name}', not submitted by "
+                f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
 
     def _gone(self, name: str) -> dict:
         """Horovod's answer to an operation that needs a rank which has shut down (or exited)."""

@@ -69,7 +69,7 @@ def synchronize(handle: int) -> Any:
     req = _HANDLES.get(handle)
     if req is None:
         return None
-    req.done.wait()
+    req.wait()
     with _LOCK:
         _HANDLES.pop(handle, None)
     if req.error is not None:
