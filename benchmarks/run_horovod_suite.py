@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -207,6 +208,13 @@ def summarize(results: dict[str, dict]) -> dict[str, int]:
     return counts
 
 
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tests", required=True, type=Path, help="Horovod's test/parallel/test_torch.py")
@@ -225,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log_dir", type=Path,
                     help="--one_job: keep each job's output here, and the core file of a rank that aborts")
     a = ap.parse_args(argv)
+    missing = [m for m in ("mock", "pytest", "numpy", "horovod.runner") if not _importable(m)]
+    if missing:  # else every test "fails" with no report, 115 times
+        ap.error(f"Horovod's test helpers import {', '.join(missing)}, not installed in {sys.executable}: "
+                 f"{sys.executable} -m pip install {' '.join(m.split('.')[0] for m in missing)}")
     names = [n for n in test_names(a.tests) if not a.only or any(k in n for k in a.only)]
     workdir = Path(tempfile.mkdtemp(prefix="horovod_suite_"))
     results: dict[str, dict] = {}
