@@ -52,6 +52,20 @@ def _write_suite(root):
     return root / "test" / "parallel" / "test_torch.py"
 
 
+def test_a_missing_helper_import_is_one_line_before_any_job(tmp_path, capsys):
+    """Horovod's utils/common.py imports mock: without it every test would "fail" with no report."""
+    tests = _write_suite(tmp_path / "h")
+    common = tmp_path / "h" / "test" / "utils" / "common.py"
+    common.write_text("import json\nimport not_installed_here.sub\n" + common.read_text())
+    (tmp_path / "h" / "test" / "utils" / "spark_only.py").write_text("import also_missing\n")  # not imported
+    assert suite.suite_imports(tests) == {"torch", "not_installed_here"}
+    with pytest.raises(SystemExit) as e:
+        suite.main(["--tests", str(tests), "--launcher", "torchrun", "--one_job", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "imports not_installed_here, not installed in" in err and "pip install not_installed_here" in err
+
+
 def test_rewrites_only_the_import_line(tmp_path):
     target = suite.prepare(_write_suite(tmp_path / "h"), "clipbert_legacy.compat.hvd", tmp_path / "w")
     before = SUITE.splitlines()
