@@ -24,10 +24,12 @@ requires_horovod = pytest.mark.skipif(
     reason="Horovod not installed (run ./run_scripts/setup_env.sh)")
 
 
-# Under pytest-xdist these run one after another on one worker (group "serial"), beside the other worker
-# running everything else: the multi-process jobs (marker ``multiprocess``: 2 processes already fill the 2
-# cores CI has), and the files that share the checkout's data/demo and output/ (the quickstart, the
-# README's commands) or check the env itself.
+# Under pytest-xdist the multi-process jobs (marker ``multiprocess``: 2 processes already fill the 2 cores
+# CI has) run one after another on one worker (group "serial"). The files that share the checkout's
+# data/demo and output/ (the quickstart, the README's commands) or check the env itself run one after
+# another too, as group "demo", which may run beside the "serial" group (its jobs then share the cores with
+# one other job: their timeouts allow for a busy machine): the two groups were one chain of 32 minutes
+# beside a worker idle for the last 15.
 SERIAL_FILES = {"test_quickstart.py", "test_readme.py", "test_env.py"}
 
 
@@ -42,9 +44,11 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
     for item in items:  # with pytest-xdist (test.sh: -n 2 --dist loadgroup), see SERIAL_FILES
-        if item.get_closest_marker("multiprocess") or item.path.name in SERIAL_FILES:
-            item.add_marker(pytest.mark.xdist_group("serial"))
-            _group_in_node_id(config, item, "serial")
+        group = ("demo" if item.path.name in SERIAL_FILES else
+                 "serial" if item.get_closest_marker("multiprocess") else None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+            _group_in_node_id(config, item, group)
 
 
 @pytest.hookimpl(tryfirst=True)
