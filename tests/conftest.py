@@ -24,12 +24,13 @@ requires_horovod = pytest.mark.skipif(
     reason="Horovod not installed (run ./run_scripts/setup_env.sh)")
 
 
-# Under pytest-xdist the multi-process jobs (marker ``multiprocess``: 2 processes already fill the 2 cores
-# CI has) run one after another on one worker (group "serial"). The files that share the checkout's
-# data/demo and output/ (the quickstart, the README's commands) or check the env itself run one after
-# another too, as group "demo", which may run beside the "serial" group (its jobs then share the cores with
-# one other job: their timeouts allow for a busy machine): the two groups were one chain of 32 minutes
-# beside a worker idle for the last 15.
+# Under pytest-xdist these run one after another on one worker (group "serial"), beside the other worker
+# running everything else: the multi-process jobs (marker ``multiprocess``: 2 processes already fill the 2
+# cores CI has), and the files that share the checkout's data/demo and output/ (the quickstart, the
+# README's commands) or check the env itself. Tried as two groups (the quickstart/README files beside the
+# multi-process chain): 1,864 s instead of 1,956 s idle, but the README's and the quickstart's jobs took
+# 443 s / 423 s instead of 264 s / 279 s beside the other group's jobs, too near their own timeouts on a busy
+# machine; the suite is CPU-bound on 2 cores (docs/benchmarks.md).
 SERIAL_FILES = {"test_quickstart.py", "test_readme.py", "test_env.py"}
 
 
@@ -44,11 +45,9 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
     for item in items:  # with pytest-xdist (test.sh: -n 2 --dist loadgroup), see SERIAL_FILES
-        group = ("demo" if item.path.name in SERIAL_FILES else
-                 "serial" if item.get_closest_marker("multiprocess") else None)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-            _group_in_node_id(config, item, group)
+        if item.get_closest_marker("multiprocess") or item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+            _group_in_node_id(config, item, "serial")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -14,9 +14,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PORT_TAKEN = "cannot listen on 127.0.0.1:"  # compat.loopback: the launcher's store port was taken
-# Set by conftest for the running test: whether it is in the xdist "serial" group (marker ``multiprocess``)
-# or the "demo" group (conftest.SERIAL_FILES). A 2-process job started from any other test would run
-# beside two others on the 2 cores CI has (issue 46).
+# Set by conftest for the running test: whether it is in the xdist "serial" group (marker ``multiprocess``).
+# A 2-process job started beside the other worker's tests overloads the 2 cores CI has (issue 46).
 RUNNING_TEST = {"name": None, "serial": None}
 
 
