@@ -253,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log_dir", type=Path,
                     help="--one_job: keep each job's output here, and the core file of a rank that aborts")
     a = ap.parse_args(argv)
+    if not a.tests.is_file():
+        ap.error(f"--tests {a.tests}: no such file (Horovod v0.28.1's test/parallel/test_torch.py)")
     missing = [m for m in sorted(suite_imports(a.tests)) if not _importable(m)]
     if missing:  # else every test "fails" with no report (Horovod's utils/common.py imports mock)
         ap.error(f"{a.tests} (or its ../utils/) imports {', '.join(missing)}, not installed in "
