@@ -30,8 +30,10 @@ import threading
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_scaling  # its settings and command line: the same runs
+try:  # its settings and command line: the same runs
+    import bench_scaling  # run as a script: benchmarks/ is the script's directory
+except ModuleNotFoundError:  # imported as benchmarks.profile_threads (the tests)
+    from benchmarks import bench_scaling
 
 TICK = os.sysconf("SC_CLK_TCK")
 DEFAULT_SETTINGS = ["1 proc x 1 thread", "2 procs (horovodrun)", "2 procs (torchrun)",
