@@ -41,14 +41,18 @@ DEFAULT_SETTINGS = ["1 proc x 1 thread", "2 procs (horovodrun)", "2 procs (torch
 PY_SPY = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
 
 
+def _tids(pid: int) -> list[str]:
+    """The process's thread ids (none once it has ended)."""
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+
+
 def _children(pid: int) -> list[int]:
     """Every thread's children (horovodrun starts its ranks from a thread)."""
     out = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tids:
+    for t in _tids(pid):
         try:
             with open(f"/proc/{pid}/task/{t}/children") as f:
                 out += [int(x) for x in f.read().split()]
@@ -77,11 +81,7 @@ def training_pids(roots: list[int]) -> list[int]:
 def read_threads(pid: int) -> dict[int, dict]:
     """tid -> {comm, cpu_s, nonvol}: this moment's cumulative figures of every thread of ``pid``."""
     out = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tids:
+    for t in _tids(pid):
         try:
             with open(f"/proc/{pid}/task/{t}/stat") as f:
                 stat = f.read()
