@@ -8,7 +8,7 @@
 #   5. train + evaluate frame QA, 6. train + evaluate action (5-way multiple-choice QA),
 #   7. print a results table.
 #
-#   QUICKSTART_FAST=1   reduced training (CI smoke run; numbers are not meaningful)
+#   QUICKSTART_FAST=1   reduced training and evaluation (CI smoke run; numbers are not meaningful)
 #   QUICKSTART_NP=N     processes (default 2)
 #   QUICKSTART_OUT=DIR  outputs (default output/quickstart); the demo data goes to data/demo
 #   QUICKSTART_ARGS="--img_resize uint8"  extra flags for every training and inference command
@@ -42,9 +42,11 @@ fi
 
 read -r -a USER_ARGS <<< "${QUICKSTART_ARGS:-}"
 EXTRA=(--log_interval 10 "${USER_ARGS[@]}")
-if [ "$FAST" = 1 ]; then
-  EXTRA+=(--num_train_epochs 1 --data_ratio 0.05)
-  echo "QUICKSTART_FAST=1: reduced training (${EXTRA[*]})"
+EVAL=("${USER_ARGS[@]}")
+if [ "$FAST" = 1 ]; then  # a smoke run: 5% of the training data, validation and tests on their first 30 rows
+  EXTRA+=(--num_train_epochs 1 --data_ratio 0.05 --max_eval_examples 30)
+  EVAL+=(--max_eval_examples 30)
+  echo "QUICKSTART_FAST=1: reduced training and evaluation (${EXTRA[*]})"
 fi
 # horovodrun, with its rendezvous server and Gloo on 127.0.0.1 only (src/clipbert_legacy/compat/loopback.py)
 HVD=("$PY" -m clipbert_legacy.compat.loopback horovodrun -np "$NP" -H "localhost:$NP" --gloo)
@@ -64,7 +66,7 @@ done
 infer() {  # infer WALL_NAME SCRIPT RUN TXT_DB: evaluate the last checkpoint of $OUT/RUN on TXT_DB
   timed "$1" "${HVD[@]}" "$PY" "src/tasks/$2" --do_inference 1 --output_dir "$OUT/$3" \
     --inference_model_step -1 --inference_txt_db "$DATA/txt/$4" --inference_img_db "$DATA/vis_db" \
-    "${USER_ARGS[@]}"
+    "${EVAL[@]}"
 }
 train() {  # train WALL_NAME SCRIPT CONFIG_PATH: train one config into $OUT/<config stem>
   timed "$1" "${HVD[@]}" "$PY" "src/tasks/$2" --config "$3" --output_dir "$OUT/$(basename "$3" .json)" \

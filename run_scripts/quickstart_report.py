@@ -67,6 +67,16 @@ def rows(out, data_dir):
     ]
 
 
+def subset_note(out):
+    """A line when the results are over the first rows only (``--max_eval_examples``, QUICKSTART_FAST)."""
+    folders = glob.glob(os.path.join(out, "*", "*results_*", "*_first*"))
+    firsts = sorted({m.rsplit("_first", 1)[1] for m in folders})
+    if not firsts:
+        return None
+    return (f"(scores over the first {'/'.join(firsts)} test examples only (--max_eval_examples): "
+            f"the chance figures are the whole split's)")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--output_dir", required=True)
@@ -84,6 +94,9 @@ def main(argv=None):
         print(f"{task:<26}{metric:<10}{float(chance):>8.2f}%{float(ours):>8.2f}%{w:>8}")
     print("(chance: random ranking for retrieval, 1 in 5 for multiple choice, best constant answer for "
           "frame QA,\n most frequent answer index for action; demo test split)")
+    note = subset_note(a.output_dir)
+    if note:
+        print(note)
     if a.total_s is not None:
         print(f"total wall time: {a.total_s} s")
     print(f"tensorboard logs: {a.output_dir}/*/log   (tensorboard --logdir {a.output_dir})")

@@ -157,6 +157,47 @@ def test_retrieval_eval_batch(demo):
     assert ds.gt_cap_id2vid_id[3] == "demo_val_00003"
 
 
+def test_max_eval_examples_keeps_the_first_rows_and_their_ids(demo, tmp_path, caplog):
+    rows = [("demo_val_00002", "a"), ("demo_val_00000", "b"), ("demo_val_00002", "c"),
+            ("demo_val_00004", "d"), ("demo_val_00000", "e")]
+    txt = tmp_path / "val.jsonl"
+    txt.write_text("".join(json.dumps({"caption": c, "clip_name": v}) + "\n" for v, c in rows))
+    cfg = _cfg(demo, max_eval_examples=3, val_datasets=[{"name": "demo", "img": os.path.join(demo, "vis_db"),
+                                                         "txt": str(txt)}])
+    with caplog.at_level("WARNING"):
+        ds, _ = build_retrieval_datasets(cfg, "val")
+    # the first 3 captions (ids = their rows, as in the whole file), scored against their videos
+    assert ds.vid_ids == ["demo_val_00002", "demo_val_00000"]
+    assert {i: ds.id2data[i]["txt"] for i in ds.gt_cap_id2vid_id} == {0: "a", 1: "b", 2: "c"}
+    assert "val uses the first 3 of 5 examples (--max_eval_examples 3)" in caplog.text
+    assert str(txt) in caplog.text
+    assert len(build_retrieval_datasets(_cfg(demo, max_eval_examples=2), "train")[0]) == 24  # never training
+    caplog.clear()
+    assert len(build_retrieval_datasets(dict(cfg, max_eval_examples=5), "val")[0].vid_ids) == 3
+    assert caplog.text == ""  # all of it: nothing to say
+
+
+def test_max_eval_examples_keeps_the_first_questions(demo):
+    full = load_jsonl(os.path.join(demo, "txt", "action_val.jsonl"))
+    ds, _ = build_qa_datasets(_cfg(demo, "action", max_eval_examples=4), "val")
+    assert len(ds) == 4 < len(full)
+    assert sorted(ds.qid2data) == sorted(build_qa_datasets(_cfg(demo, "action"), "val")[0].qid2data)[:4]
+    assert len(build_mc_dataset(_cfg(demo, "msrvtt_mc", max_eval_examples=3), "val")[0]) == 3
+    assert len(build_qa_datasets(_cfg(demo, "action", max_eval_examples=4), "train")[0]) > 4
+
+
+def test_a_subset_inference_writes_its_own_folder():
+    from clipbert_legacy.config import Config
+    from clipbert_legacy.training.inference import inference_result_dir
+    cfg = dict(output_dir="out", inference_txt_db="d/retrieval_test.jsonl", inference_model_step=7,
+               inference_n_clips=2, score_agg_func="mean", e2e_weights_path=None)
+    assert inference_result_dir(Config(cfg)) == "out/results_retrieval_test/step_7_2_mean"
+    assert inference_result_dir(Config(cfg, max_eval_examples=30)) == (
+        "out/results_retrieval_test/step_7_2_mean_first30")
+    assert inference_result_dir(Config(cfg, max_eval_examples=30), with_clips=False) == (
+        "out/results_retrieval_test/step_7_first30")
+
+
 def test_qa_and_mc_batches(demo):
     ds, col = build_qa_datasets(_cfg(demo, "frameqa"), "train")
     b = col([ds[0], ds[1]])

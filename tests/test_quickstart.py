@@ -43,6 +43,12 @@ def test_report_table(tmp_path, capsys):
     assert "R@1" in text and "50.00%" in text and "15s" in text and "total wall time: 99 s" in text
     for row in ("retrieval (text->video)", "multiple choice (ret.)", "frame QA", "action (5-way QA)"):
         assert row in text
+    assert "first" not in text
+    subset = out / "demo_qa_action/results_action_test/step_5_1_mean_first30/scores.json"
+    _write_json(subset, {"overall_acc": 1.0})
+    assert report.main(["--output_dir", str(out), "--data_dir", str(data)]) == 0
+    assert "scores over the first 30 test examples only" in capsys.readouterr().out
+    subset.unlink()
     (out / "demo_qa_action/results_action_test/step_5/scores.json").unlink()
     assert report.main(["--output_dir", str(out), "--data_dir", str(data)]) == 1
     assert "no inference scores" in capsys.readouterr().err

@@ -29,6 +29,10 @@ SHARED_OPTIONS = [
     O("debug", bool, False, "stop training after 3 steps (evaluators may shorten validation)"),
     O("data_ratio", float, 1.0, "keep a random fraction of the training annotations", min=0,
       max=1, min_exclusive=True),
+    O("max_eval_examples", int, 0, "validation and inference use only the first N rows of their "
+      "annotation file (retrieval: those captions against their videos), for a quick check: the scores "
+      "are over that subset (logged; inference writes them to a step_..._first{N} folder); 0: all",
+      min=0, group="product", runtime=True),
     O("model_config", str, None, "path to the model json config (BERT config)", model=True),
     O("tokenizer_dir", str, None, "directory of the BertTokenizerFast files", model=True),
     O("output_dir", str, None, "where log/, ckpt/ and results go", runtime=True),

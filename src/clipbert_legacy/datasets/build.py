@@ -4,7 +4,7 @@ Keys read: train_datasets / val_datasets ([{name, txt, img}], element 0; `txt` m
 by task), inference_txt_db / inference_img_db (split "inference"), tokenizer_dir, max_txt_len,
 max_img_size, img_resize, fps, num_frm, frm_sampling_strategy, train_n_clips, inference_n_clips,
 random_sample_clips, max_n_example_per_group, itm_neg_size, ans2label_path, task,
-skip_bad_videos, data_ratio, seed, eval_retrieval_batch_size / inference_batch_size,
+skip_bad_videos, data_ratio, max_eval_examples, seed, eval_retrieval_batch_size / inference_batch_size,
 min_video_frames, max_frame_pixels. Defaults are the config schema's (a plain dict is completed by
 ``clipbert_legacy.config.with_defaults``). When `txt` is a dict, the key is the task: cfg.task for
 video QA, "retrieval" for retrieval and "msrvtt_mc" for MC.
@@ -124,6 +124,19 @@ def _apply_data_ratio(rows, cfg, split):
     return rows
 
 
+def apply_eval_subset(rows, cfg, split, source):
+    """``max_eval_examples N`` (a quick check, as Hugging Face's ``max_eval_samples``): validation and
+    inference keep the first N rows of the annotation file, so every id stays its row (ClipBERT's caption
+    ids); retrieval scores those captions against their videos. Training is never cut (``data_ratio``
+    is for that). Logged, never silent."""
+    n = int(cfg.get("max_eval_examples") or 0)
+    if split == "train" or n <= 0 or n >= len(rows):
+        return rows
+    logger.warning("%s: %s uses the first %d of %d examples (--max_eval_examples %d): its scores are over "
+                   "that subset, not the whole file", source, split, n, len(rows), n)
+    return rows[:n]
+
+
 def _common(cfg, name, is_train):
     return {"fps": cfg.fps, "num_frm": cfg.num_frm,
             "max_img_size": cfg.max_img_size, "img_resize": cfg.img_resize, "is_train": is_train,
@@ -158,7 +171,7 @@ def build_retrieval_datasets(
     txt, img, name = _txt_img(cfg, split, RETRIEVAL.name)
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("caption", "clip_name"),
                                         str_fields=("caption",)), cfg, split)
-    examples = mk_retrieval_examples(rows)
+    examples = mk_retrieval_examples(apply_eval_subset(rows, cfg, split, txt))
     tokenizer = load_tokenizer(cfg.tokenizer_dir)
     collator = VideoRetrievalCollator(tokenizer, cfg.max_txt_len)
     if split == "train":
@@ -189,6 +202,7 @@ def build_qa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VideoQADatase
     any_of = ("gif_name", "video_id")
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("question",), any_of_fields=any_of,
                                         str_fields=("question",)), cfg, split)
+    rows = apply_eval_subset(rows, cfg, split, txt)
     examples = mk_qa_examples(rows, task, txt)
     has_answers = all(e["answer"] is not None for e in examples)
     if split == "train" and not has_answers:
@@ -223,6 +237,7 @@ def build_mc_dataset(cfg: Mapping[str, Any],
     cfg = with_defaults(cfg, MSRVTT_MC.name)
     txt, img, name = _txt_img(cfg, split, MSRVTT_MC.name)
     rows = _apply_data_ratio(load_jsonl(txt, required_fields=("qid", "clip_name", "options")), cfg, split)
+    rows = apply_eval_subset(rows, cfg, split, txt)
     ds = VideoMCDataset(mk_mc_examples(rows, txt), img, **_common(cfg, f"{name}_mc", False),
                         **_eval_clips(cfg))
     return ds, VideoMCCollator(load_tokenizer(cfg.tokenizer_dir), cfg.max_txt_len)

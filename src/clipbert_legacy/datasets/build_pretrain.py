@@ -11,7 +11,7 @@ from typing import Any
 
 from clipbert_legacy.config import with_defaults
 from clipbert_legacy.config.options_pretrain import PRETRAIN
-from clipbert_legacy.datasets.build import _apply_data_ratio, _common, load_tokenizer
+from clipbert_legacy.datasets.build import _apply_data_ratio, _common, apply_eval_subset, load_tokenizer
 from clipbert_legacy.datasets.data_utils import mk_input_group
 from clipbert_legacy.datasets.dataset_pretrain import PretrainCollator, PretrainDataset, mk_pretrain_examples
 from clipbert_legacy.datasets.jsonl import load_jsonl
@@ -25,7 +25,8 @@ def _entry_dataset(cfg, entry, i, split):
     txt = entry["txt"][0] if isinstance(entry["txt"], (list, tuple)) else entry["txt"]
     name = entry.get("name", f"{split}{i}")
     rows = load_jsonl(txt, required_fields=("caption",), str_fields=("caption",))
-    examples = mk_pretrain_examples(_apply_data_ratio(rows, cfg, split), txt)
+    rows = apply_eval_subset(_apply_data_ratio(rows, cfg, split), cfg, split, txt)
+    examples = mk_pretrain_examples(rows, txt)
     grouped = defaultdict(list)
     for e in examples:
         grouped[e["img_id"]].append(e)

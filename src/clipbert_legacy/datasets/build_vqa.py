@@ -18,6 +18,7 @@ from clipbert_legacy.datasets.build import (
     _common,
     _dataset_entry,
     _multi_train,
+    apply_eval_subset,
     load_tokenizer,
 )
 from clipbert_legacy.datasets.data_utils import mk_input_group
@@ -53,7 +54,8 @@ def build_vqa_datasets(cfg: Mapping[str, Any], split: str) -> tuple[VQADataset, 
     for p in paths:
         rows.extend(load_jsonl(p, required_fields=("question", "image_id", "question_id"),
                                str_fields=("question",)))
-    examples = mk_vqa_examples(_apply_data_ratio(rows, cfg, split), ", ".join(paths))
+    rows = apply_eval_subset(_apply_data_ratio(rows, cfg, split), cfg, split, ", ".join(paths))
+    examples = mk_vqa_examples(rows, ", ".join(paths))
     has_labels = all(e["labels"] is not None for e in examples)
     is_train = split == "train"
     if is_train and not has_labels:

@@ -132,12 +132,15 @@ def _model_from_run(cfg, task):
 
 
 def inference_result_dir(cfg, prefix="results", with_clips=True):
-    """ClipBERT's layout: ``{output_dir}/{prefix}_{stem(inference_txt_db)}/step_{N}[_{nclips}_{agg}]``."""
+    """ClipBERT's layout: ``{output_dir}/{prefix}_{stem(inference_txt_db)}/step_{N}[_{nclips}_{agg}]``
+    (``_first{N}`` appended with ``max_eval_examples``)."""
     stem = os.path.splitext(os.path.basename(cfg.inference_txt_db or "inference"))[0]
     name = (os.path.splitext(os.path.basename(cfg.e2e_weights_path))[0] if checkpoint_mode(cfg)
             else f"step_{cfg.inference_model_step}")
     if with_clips:
         name += f"_{cfg.inference_n_clips}_{cfg.score_agg_func}"
+    if int(cfg.get("max_eval_examples") or 0) > 0:  # a subset's scores never overwrite the whole file's
+        name += f"_first{int(cfg.max_eval_examples)}"
     return os.path.join(cfg.output_dir, f"{prefix}_{stem}", name)
 
 
