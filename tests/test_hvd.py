@@ -40,13 +40,25 @@ def _launcher(name):
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 @pytest.mark.parametrize("bpps", [1, 2])
 def test_two_processes_match_single_process(tmp_path, launcher, bpps):
-    """horovodrun -np 2 (real Horovod) and torchrun (torch backend): same weights as 1 process."""
+    """horovodrun -np 2 (real Horovod) and torchrun (torch backend): same weights as 1 process. Then rank 1
+    sends its gradients 2 s late: rank 0's wait in ``synchronize()`` sleeps (hvd.horovod_wait) instead of
+    spinning a core; with ``CLIPBERT_HVD_WAIT=spin`` (bpps 2) Horovod's own wait, which spins, and the same
+    weights."""
     ref = _single(tmp_path, bpps)
     out = tmp_path / launcher
     out.mkdir()
-    p = mp_utils.check(_launcher(launcher)([WORKER, "--out", out, "--bpps", bpps], timeout=120))
+    spin = launcher == "horovod" and bpps == 2
+    p = mp_utils.check(_launcher(launcher)([WORKER, "--out", out, "--bpps", bpps, "--wait_probe", 2],
+                                           timeout=120, env={"CLIPBERT_HVD_WAIT": "spin"} if spin else None))
     assert f'"backend": "{launcher}"' in p.stdout and '"size": 2' in p.stdout
     _assert_ranks_match_single(out, ref)
+    probe = next(json.loads(ln[ln.index("{"):]) for ln in p.stdout.splitlines()
+                 if '"wait_cpu_s"' in ln and '"rank": 0' in ln)
+    assert probe["wait_wall_s"] > 1.5, probe  # it did wait for rank 1
+    if spin:  # the control: Horovod's yield loop keeps the thread on a CPU (a share of one on a busy machine)
+        assert probe["wait_cpu_s"] > 0.15 * probe["wait_wall_s"], probe
+    else:
+        assert probe["wait_cpu_s"] < 0.1 * probe["wait_wall_s"], probe
 
 
 def test_single_process_without_launcher():

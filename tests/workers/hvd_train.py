@@ -22,6 +22,9 @@ def main():
     ap.add_argument("--world", type=int, default=2, help="number of data shards per global batch")
     ap.add_argument("--b", type=int, default=4)
     ap.add_argument("--mode", default="train", choices=["train", "raise", "misuse", "gather"])
+    ap.add_argument("--wait_probe", type=float, default=0.0,
+                    help="after training: rank 1 starts its backward this many seconds late; rank 0 "
+                         "reports the CPU its optimizer.synchronize() used while waiting")
     a = ap.parse_args()
     torch.set_num_threads(1)
     hvd.init()
@@ -79,7 +82,17 @@ def main():
             opt.step()
         opt.zero_grad()
     torch.save(dict(model.state_dict()), os.path.join(a.out, f"w{r}.pt"))
-    print(json.dumps({"rank": r, "size": n, "backend": hvd.backend_name()}))
+    print(json.dumps({"rank": r, "size": n, "backend": hvd.backend_name()}), flush=True)
+    if a.wait_probe:
+        if r == 1:
+            time.sleep(a.wait_probe)
+        for _ in range(a.bpps):
+            model[:3](torch.randn(2, 6)).sum().backward()
+        cpu, wall = time.thread_time(), time.perf_counter()
+        opt.synchronize()  # rank 0 waits here for rank 1's late gradients
+        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+        opt.zero_grad()
+        print(json.dumps({"rank": r, "wait_cpu_s": round(cpu, 4), "wait_wall_s": round(wall, 4)}))
 
 
 if __name__ == "__main__":

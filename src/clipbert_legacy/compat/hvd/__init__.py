@@ -27,6 +27,9 @@ docs/horovod.md):
 * ``DistributedOptimizer(row_sparse=[...])``: those tables' gradients are averaged over the rows some
   rank touched, in ``synchronize()`` (exact; ``clipbert_legacy.compat.hvd.row_sparse``); ``reduce_to`` (torch
   backend).
+* ``DistributedOptimizer`` on CPU parameters (horovod backend) waits for its reductions with ``hvd.poll``
+  and sleeps, then runs Horovod's ``synchronize()``, instead of Horovod's spinning wait, which keeps a
+  core busy that the reduction itself needs on a CPU job (``hvd.horovod_wait``; ``CLIPBERT_HVD_WAIT``).
 * ``allgather_object`` / ``broadcast_object`` default to one fixed name per call kind instead of the
   object's type name (ranks passing objects of different types would otherwise wait for each other).
 * No ``HOROVOD_*`` setting is changed: ``init()`` leaves Horovod's cycle time and the rest to the user

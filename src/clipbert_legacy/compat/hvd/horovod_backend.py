@@ -10,7 +10,7 @@ import horovod.torch as _h
 import torch
 from horovod.torch import mpi_ops as _mpi_ops
 
-from clipbert_legacy.compat.hvd import horovod_rendezvous
+from clipbert_legacy.compat.hvd import horovod_rendezvous, horovod_wait
 from clipbert_legacy.compat.hvd.process_sets import ProcessSet, global_process_set
 from clipbert_legacy.compat.hvd.row_sparse import average_rows
 
@@ -149,6 +149,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
         if _op(op) != _h.Average:
             raise ValueError("DistributedOptimizer: row_sparse parameters need op=average")
         _route_row_sparse(opt, row_sparse, compression)
+    if _op(op) != _h.Adasum and horovod_wait.wait_mode(optimizer) == "poll":  # a CPU job: no spinning wait
+        horovod_wait.poll_before_synchronize(opt, _h.poll)
     return opt
 
 
