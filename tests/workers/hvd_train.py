@@ -92,7 +92,8 @@ def main():
         opt.synchronize()  # rank 0 waits here for rank 1's late gradients
         cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
         opt.zero_grad()
-        print(json.dumps({"rank": r, "wait_cpu_s": round(cpu, 4), "wait_wall_s": round(wall, 4)}))
+        with open(os.path.join(a.out, f"wait{r}.json"), "w") as f:
+            json.dump({"rank": r, "wait_cpu_s": round(cpu, 4), "wait_wall_s": round(wall, 4)}, f)
 
 
 if __name__ == "__main__":
