@@ -115,10 +115,13 @@ class Buckets:
         self.pending[i] = works
 
     def _buffer(self, i: int, key: tuple, params: list[torch.Tensor]) -> torch.Tensor:
-        """The bucket's packing buffer, kept from step to step (a fresh 25 MB tensor every step costs its
-        page faults: 45 ms a step for the demo model's 94 MB of gradients, 15 ms reused). Free again when
-        :meth:`finish` returns: the reduction is done and its result written into the gradients."""
+        """The bucket's packing buffer. On the CPU kept from step to step: a fresh 25 MB tensor every step
+        costs its page faults (45 ms a step for the demo model's 94 MB of gradients, 15 ms reused); free
+        again once :meth:`finish` has written the result into the gradients. On a GPU a fresh one each
+        step, as before: the caching allocator makes it cheap, and GPU memory is kept for the model."""
         numel, grad = sum(p.numel() for p in params), params[0].grad
+        if grad.device.type != "cpu":
+            return torch.empty(numel, dtype=grad.dtype, device=grad.device)
         buf = self.flat.get((i, key))
         if buf is None or buf.numel() != numel or buf.dtype != grad.dtype or buf.device != grad.device:
             buf = self.flat[(i, key)] = torch.empty(numel, dtype=grad.dtype, device=grad.device)
