@@ -272,7 +272,8 @@ FORMER_RUNTIME_KEYS = {
     "keep_last_k", "keep_top_k", "path_prefix", "cpu_sched_batch", "elastic_commit_steps",
     "row_sparse_allreduce", "profile_steps", "wandb_project", "wandb_entity", "wandb_run_name", "wandb_tags",
     "wandb_mode", "zero_stage",  # zero_stage: added with issue 32 (the restore file is unsharded)
-    "allow_unmatched_weights"}  # issue 38: whether a poorly matching weights file may start the run
+    "allow_unmatched_weights",  # issue 38: whether a poorly matching weights file may start the run
+    "max_eval_examples"}  # issue 46: how much of the split validation reads, not what is trained
 
 
 def test_generated_key_sets_match_the_former_hand_lists():

@@ -190,7 +190,7 @@ def test_a_subset_inference_writes_its_own_folder():
     from clipbert_legacy.config import Config
     from clipbert_legacy.training.inference import inference_result_dir
     cfg = dict(output_dir="out", inference_txt_db="d/retrieval_test.jsonl", inference_model_step=7,
-               inference_n_clips=2, score_agg_func="mean", e2e_weights_path=None)
+               inference_n_clips=2, score_agg_func="mean", e2e_weights_path=None, max_eval_examples=0)
     assert inference_result_dir(Config(cfg)) == "out/results_retrieval_test/step_7_2_mean"
     assert inference_result_dir(Config(cfg, max_eval_examples=30)) == (
         "out/results_retrieval_test/step_7_2_mean_first30")

@@ -129,7 +129,7 @@ def apply_eval_subset(rows, cfg, split, source):
     inference keep the first N rows of the annotation file, so every id stays its row (ClipBERT's caption
     ids); retrieval scores those captions against their videos. Training is never cut (``data_ratio``
     is for that). Logged, never silent."""
-    n = int(cfg.get("max_eval_examples") or 0)
+    n = int(cfg.max_eval_examples or 0)
     if split == "train" or n <= 0 or n >= len(rows):
         return rows
     logger.warning("%s: %s uses the first %d of %d examples (--max_eval_examples %d): its scores are over "

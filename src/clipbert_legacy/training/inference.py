@@ -139,7 +139,7 @@ def inference_result_dir(cfg, prefix="results", with_clips=True):
             else f"step_{cfg.inference_model_step}")
     if with_clips:
         name += f"_{cfg.inference_n_clips}_{cfg.score_agg_func}"
-    if int(cfg.get("max_eval_examples") or 0) > 0:  # a subset's scores never overwrite the whole file's
+    if int(cfg.max_eval_examples or 0) > 0:  # a subset's scores never overwrite the whole file's
         name += f"_first{int(cfg.max_eval_examples)}"
     return os.path.join(cfg.output_dir, f"{prefix}_{stem}", name)
 
