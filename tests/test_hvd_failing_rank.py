@@ -33,31 +33,53 @@ def _run(launcher, mode, out, *extra):
                env={"DIST_BACKEND": launcher})
 
 
-def _result(out, mode, rank):
+# the modes that end well share one job per launcher (each mode from hvd.init() to hvd.shutdown(); a mode
+# that raises writes its traceback and the next one still runs)
+SHARED = {"horovod": "shutdown,cycles", "torch": "shutdown,diverge,cycles"}
+
+
+@pytest.fixture(scope="module")
+def shared_job(tmp_path_factory):
+    """``shared_job(launcher)``: (folder, process) of the launcher's one job over its SHARED modes."""
+    done = {}
+
+    def get(launcher):
+        if launcher not in done:
+            out = tmp_path_factory.mktemp(f"paths_{launcher}")
+            done[launcher] = out, _run(launcher, SHARED[launcher], out, "--cycles", "30")
+        return done[launcher]
+    return get
+
+
+def _result(out, mode, rank, proc=None):
     path = out / f"{mode}{rank}.json"
+    if (out / f"{mode}{rank}.error").exists():
+        raise AssertionError(f"rank {rank}: {mode} raised:\n{(out / f'{mode}{rank}.error').read_text()}")
+    if not path.is_file() and proc is not None:
+        mp_utils.check(proc)
     assert path.is_file(), f"rank {rank} wrote no {path.name}"
     return json.loads(path.read_text())
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_a_peer_that_shut_down_fails_the_barrier_at_once(tmp_path, launcher):
+def test_a_peer_that_shut_down_fails_the_barrier_at_once(shared_job, launcher):
     """Rank 1 shuts down (as Horovod's tearDown does after a failed test) while rank 0 waits in a barrier:
     rank 0 gets "Horovod has been shut down" at once, and after shutdown/init both go on together."""
-    mp_utils.check(_run(launcher, "shutdown", tmp_path))
-    res = _result(tmp_path, "shutdown", 0)
+    out, proc = shared_job(launcher)
+    res = _result(out, "shutdown", 0, proc)
     assert res["error"] is not None and "shut down" in res["error"], res
     assert res["seconds"] < AT_ONCE_S, res
     for r in range(2):
-        assert _result(tmp_path, "shutdown", r)["after"] == [3.0, 3.0]
+        assert _result(out, "shutdown", r, proc)["after"] == [3.0, 3.0]
 
 
-def test_ranks_on_different_paths_both_fail_at_once(tmp_path):
+def test_ranks_on_different_paths_both_fail_at_once(shared_job):
     """Torch backend: rank 0 waits in a barrier; rank 1 went on to an allreduce rank 0 never submits.
     Neither can go on: both get an error naming where each waits (real Horovod stalls here, logging a
     warning a minute, unless HOROVOD_STALL_SHUTDOWN_TIME_SECONDS is set); then shutdown/init works."""
-    mp_utils.check(_run("torch", "diverge", tmp_path))
+    out, proc = shared_job("torch")
     for r, where in ((0, "rank 0 waits in BARRIER"), (1, "rank 1 waits in ALLREDUCE 'only-rank-1'")):
-        res = _result(tmp_path, "diverge", r)
+        res = _result(out, "diverge", r, proc)
         assert res["error"] and res["error"].startswith("HorovodInternalError"), res
         assert "every rank waits on an operation that another rank has not submitted" in res["error"], res
         assert where in res["error"], res
@@ -79,10 +101,12 @@ def test_a_rank_that_raises_ends_the_job(tmp_path, launcher):
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_thirty_init_shutdown_cycles_in_one_job(tmp_path, launcher):
-    """30 x (hvd.init(), a checked allreduce and broadcast, hvd.shutdown()) in one job: every cycle's
-    numbers are right and the job ends cleanly (no abort at exit, no rendezvous left behind)."""
-    proc = mp_utils.check(_run(launcher, "cycles", tmp_path, "--cycles", "30"))
-    assert "terminate called" not in proc.stderr and "Fatal Python error" not in proc.stderr
+def test_thirty_init_shutdown_cycles_in_one_job(shared_job, launcher):
+    """30 x (hvd.init(), a checked allreduce and broadcast, hvd.shutdown()) in one job, after the modes
+    above: every cycle's numbers are right and the job ends cleanly (no abort at exit, no rendezvous left
+    behind)."""
+    out, proc = shared_job(launcher)
     for r in range(2):
-        assert _result(tmp_path, "cycles", r)["cycles"] == 30
+        assert _result(out, "cycles", r, proc)["cycles"] == 30
+    mp_utils.check(proc)
+    assert "terminate called" not in proc.stderr and "Fatal Python error" not in proc.stderr

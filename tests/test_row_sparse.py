@@ -11,22 +11,29 @@ from tests import mp_utils
 WORKER = "tests/workers/row_sparse.py"
 
 
-def _reports(proc):
-    mp_utils.check(proc)
+CASES = ["overlap:1:none", "overlap:2:fp16", "idle:1:none", "tied:1:none"]
+JOBS = {}  # launcher -> the one job running every case (the "serial" group keeps them on one worker)
+
+
+def _reports(launcher, case):
+    """The two ranks' reports of ``case`` from the launcher's one job over every case (run once)."""
+    if launcher == "horovod" and not mp_utils.horovodrun_available():
+        pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
+    if launcher not in JOBS:
+        run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
+        JOBS[launcher] = run([WORKER, *CASES], timeout=240, env={"DIST_BACKEND": launcher})
+    proc = JOBS[launcher]
     out, dec, rows, i = proc.stdout, json.JSONDecoder(), [], 0
     while (i := out.find('{"rank"', i)) >= 0:  # torchrun may interleave the ranks' lines
         obj, end = dec.raw_decode(out, i)
-        rows.append(obj)
+        if obj["case"] == case:
+            assert "error" not in obj, f"rank {obj['rank']}, {case}:\n{obj['error']}"
+            rows.append(obj)
         i = end
-    assert sorted(r["rank"] for r in rows) == [0, 1], proc.stdout
+    if sorted(r["rank"] for r in rows) != [0, 1]:
+        mp_utils.check(proc)
+        raise AssertionError(f"no report of {case} from both ranks:\n{proc.stdout[-3000:]}")
     return rows
-
-
-def _run(launcher, *args):
-    if launcher == "horovod" and not mp_utils.horovodrun_available():
-        pytest.skip("Horovod not installed (run ./run_scripts/setup_env.sh)")
-    run = mp_utils.run_horovod if launcher == "horovod" else mp_utils.run_torchrun
-    return _reports(run([WORKER, *args], timeout=120, env={"DIST_BACKEND": launcher}))
 
 
 @pytest.mark.multiprocess
@@ -34,7 +41,7 @@ def _run(launcher, *args):
 @pytest.mark.parametrize("mode,bpps,comp", [("overlap", 1, "none"), ("overlap", 2, "fp16"),
                                             ("idle", 1, "none")])
 def test_row_sparse_matches_dense_allreduce(launcher, mode, bpps, comp):
-    for r in _run(launcher, mode, bpps, comp):
+    for r in _reports(launcher, f"{mode}:{bpps}:{comp}"):
         assert r["same_weights"]
         for step, s in enumerate(r["steps"]):
             assert s["same"], (step, s)
@@ -51,7 +58,7 @@ def test_row_sparse_matches_dense_allreduce(launcher, mode, bpps, comp):
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 def test_tied_table_falls_back_to_dense(launcher):
-    for r in _run(launcher, "tied", 1, "none"):
+    for r in _reports(launcher, "tied:1:none"):
         assert r["same_weights"]
         assert all(s["same"] and s["dense"] and s["rows"] == 3000 for s in r["steps"])
 

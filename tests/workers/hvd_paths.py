@@ -1,6 +1,8 @@
 """Worker for tests/test_hvd_failing_rank.py: a rank that leaves the path its peer is on (issue 50).
 
-Modes (``--mode``); each rank writes ``OUT/<mode><rank>.json``:
+Modes (``--mode``, several comma-separated run one after another in one job, each from ``hvd.init()`` to
+``hvd.shutdown()``); each rank writes ``OUT/<mode><rank>.json``, or ``OUT/<mode><rank>.error`` (the traceback)
+where the mode raised, and goes on to the next mode (``raise`` excepted: its exception ends the rank):
   shutdown  rank 1 "fails" (as a test that failed and ran Horovod's ``tearDown``: ``hvd.shutdown()``)
             while rank 0 waits in ``hvd.barrier()``: rank 0's error and how long it took; then both
             ``hvd.shutdown(); hvd.init()`` and one checked allreduce (the job goes on)
@@ -16,6 +18,7 @@ import argparse
 import json
 import os
 import time
+import traceback
 
 import torch
 
@@ -88,16 +91,25 @@ def cycles_mode(r, cycles):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", required=True, choices=("shutdown", "diverge", "raise", "cycles"))
+    ap.add_argument("--mode", required=True, help="shutdown, diverge, raise, cycles; or several: a,b")
     ap.add_argument("--out", required=True)
     ap.add_argument("--cycles", type=int, default=30)
     a = ap.parse_args()
     r = int(os.environ.get("HOROVOD_RANK", os.environ.get("RANK", "0")))
     modes = {"shutdown": shutdown_mode, "diverge": diverge_mode, "raise": raise_mode,
              "cycles": lambda rank: cycles_mode(rank, a.cycles)}
-    res = modes[a.mode](r)
-    with open(os.path.join(a.out, f"{a.mode}{r}.json"), "w") as f:
-        json.dump(res, f)
+    for mode in a.mode.split(","):
+        try:
+            res = modes[mode](r)
+        except Exception:
+            if mode == "raise":  # uncaught on purpose: what the launcher does then is the test
+                raise
+            with open(os.path.join(a.out, f"{mode}{r}.error"), "w") as f:
+                f.write(traceback.format_exc())
+            hvd.shutdown()  # the next mode starts from hvd.init()
+            continue
+        with open(os.path.join(a.out, f"{mode}{r}.json"), "w") as f:
+            json.dump(res, f)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,24 @@ import clipbert_legacy.compat.hvd as hvd
 from clipbert_legacy.utils.distributed import all_gather_list, any_broadcast
 
 
+def gather(a, r):
+    """all_gather_list / any_broadcast: small, 10 MB, mixed types, fresh copies (gather<r>.json)."""
+    small = all_gather_list(b"x" if r == 0 else b"y")
+    big = all_gather_list(bytes([r]) * (10 * 2 ** 20))
+    # objects of different types per rank (Horovod would name the ops differently and hang)
+    mixed = all_gather_list(None if r == 0 else f"rank{r}")
+    root = any_broadcast("from root" if r == 0 else None)
+    mine = {"rank": r, "items": [r]}
+    gathered = all_gather_list(mine)
+    gathered[r]["items"].append("edited")  # must not reach the caller's object
+    json.dump({"small": [s.decode() for s in small],
+               "big": [[len(x), x[0], x[-1]] for x in big],
+               "mixed": [mixed, root],
+               "fresh": [mine == {"rank": r, "items": [r]}, gathered[r] is not mine,
+                         [g["rank"] for g in gathered]]},
+              open(os.path.join(a.out, f"gather{r}.json"), "w"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -21,7 +39,8 @@ def main():
     ap.add_argument("--bpps", type=int, default=1)
     ap.add_argument("--world", type=int, default=2, help="number of data shards per global batch")
     ap.add_argument("--b", type=int, default=4)
-    ap.add_argument("--mode", default="train", choices=["train", "raise", "misuse", "gather"])
+    ap.add_argument("--mode", default="train", choices=["train", "misuse"])
+    ap.add_argument("--gather", action="store_true", help="after training: the all_gather_list checks")
     ap.add_argument("--wait_probe", type=float, default=0.0,
                     help="after training: rank 1 starts its backward this many seconds late; rank 0 "
                          "reports the CPU its optimizer.synchronize() used while waiting")
@@ -29,29 +48,6 @@ def main():
     torch.set_num_threads(1)
     hvd.init()
     r, n = hvd.rank(), hvd.size()
-
-    if a.mode == "raise":
-        if r == 1:
-            print(f"rank 1 raises at t={time.time():.3f}", flush=True)
-            raise RuntimeError("rank 1 fails on purpose")
-        hvd.allreduce(torch.ones(3))  # rank 0 would wait here forever without the launcher's help
-        return
-    if a.mode == "gather":
-        small = all_gather_list(b"x" if r == 0 else b"y")
-        big = all_gather_list(bytes([r]) * (10 * 2 ** 20))
-        # objects of different types per rank (Horovod would name the ops differently and hang)
-        mixed = all_gather_list(None if r == 0 else f"rank{r}")
-        root = any_broadcast("from root" if r == 0 else None)
-        mine = {"rank": r, "items": [r]}
-        gathered = all_gather_list(mine)
-        gathered[r]["items"].append("edited")  # must not reach the caller's object
-        json.dump({"small": [s.decode() for s in small],
-                   "big": [[len(x), x[0], x[-1]] for x in big],
-                   "mixed": [mixed, root],
-                   "fresh": [mine == {"rank": r, "items": [r]}, gathered[r] is not mine,
-                             [g["rank"] for g in gathered]]},
-                  open(os.path.join(a.out, f"gather{r}.json"), "w"))
-        return
 
     torch.manual_seed(100 + r)  # different init per rank: broadcast_parameters must fix it
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1),
@@ -94,6 +90,8 @@ def main():
         opt.zero_grad()
         with open(os.path.join(a.out, f"wait{r}.json"), "w") as f:
             json.dump({"rank": r, "wait_cpu_s": round(cpu, 4), "wait_wall_s": round(wall, 4)}, f)
+    if a.gather:
+        gather(a, r)
 
 
 if __name__ == "__main__":

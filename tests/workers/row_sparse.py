@@ -2,12 +2,15 @@
 DistributedOptimizer (two copies of one model); prints, per step, whether every averaged gradient
 matched bit for bit and how many table rows the row-sparse reduction moved.
 
-``row_sparse.py MODE BPPS COMPRESSION``; MODE: overlap (ranks touch overlapping row sets), idle (rank 1
-never uses the table in step 1), tied (the table is also the output layer: every row has a gradient).
+``row_sparse.py MODE:BPPS:COMPRESSION [...]``: one job runs every case given, one after another, and
+prints a line per case (its error instead where it raised); MODE: overlap (ranks touch overlapping row
+sets), idle (rank 1 never uses the table in step 1), tied (the table is also the output layer: every row
+has a gradient).
 """
 import copy
 import json
 import sys
+import traceback
 
 import torch
 from torch import nn
@@ -36,19 +39,17 @@ def ids_for(rank, step, micro):
     return torch.arange(start, start + 60) % ROWS  # ranks share 20 rows
 
 
-def main():
-    mode, bpps, comp = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def run_case(case, rank):
+    mode, bpps, comp = case.split(":")
+    bpps = int(bpps)
     torch.manual_seed(0)
-    torch.set_num_threads(1)
-    hvd.init()
-    rank = hvd.rank()
     compression = hvd.Compression.fp16 if comp == "fp16" else hvd.Compression.none
     ref = Net(tied=mode == "tied")
     sp = copy.deepcopy(ref)
     opts = []
     for tag, m, rs in (("dense", ref, ()), ("sparse", sp, (sp.emb.weight,))):
         opts.append(hvd.DistributedOptimizer(
-            torch.optim.SGD(m.parameters(), lr=0.5), named_parameters=[(f"{tag}.{n}", p) for n, p in
+            torch.optim.SGD(m.parameters(), lr=0.5), named_parameters=[(f"{case}.{tag}.{n}", p) for n, p in
                                                                       m.named_parameters()],
             compression=compression, backward_passes_per_step=bpps, row_sparse=rs))
     report = []
@@ -67,7 +68,19 @@ def main():
                 opt.step()
             opt.zero_grad()
     same_w = all(torch.equal(a, b) for a, b in zip(ref.parameters(), sp.parameters()))
-    print(json.dumps({"rank": rank, "steps": report, "same_weights": same_w}), flush=True)
+    return {"steps": report, "same_weights": same_w}
+
+
+def main():
+    torch.set_num_threads(1)
+    hvd.init()
+    rank = hvd.rank()
+    for case in sys.argv[1:]:
+        try:
+            res = run_case(case, rank)
+        except Exception:
+            res = {"error": traceback.format_exc()}
+        print(json.dumps({"rank": rank, "case": case, **res}), flush=True)
 
 
 if __name__ == "__main__":
