@@ -24,14 +24,23 @@ requires_horovod = pytest.mark.skipif(
     reason="Horovod not installed (run ./run_scripts/setup_env.sh)")
 
 
-# Under pytest-xdist these run one after another on one worker (group "serial"), beside the other worker
-# running everything else: the multi-process jobs (marker ``multiprocess``: 2 processes already fill the 2
-# cores CI has), and the files that share the checkout's data/demo and output/ (the quickstart, the
-# README's commands) or check the env itself. Tried as two groups (the quickstart/README files beside the
-# multi-process chain): 1,864 s instead of 1,956 s idle, but the README's and the quickstart's jobs took
-# 443 s / 423 s instead of 264 s / 279 s beside the other group's jobs, too near their own timeouts on a busy
-# machine; the suite is CPU-bound on 2 cores (docs/benchmarks.md).
-SERIAL_FILES = {"test_quickstart.py", "test_readme.py", "test_env.py"}
+# Under pytest-xdist (test.sh: -n 2 --dist loadgroup) two groups each run one after another on one worker:
+# "serial", the multi-process jobs (marker ``multiprocess``: 2 processes already fill the 2 cores CI has), and
+# "demo", the files that share the checkout's data/demo and output/ (the quickstart, the README's commands)
+# or check the env itself. xdist hands out the largest groups first, so "serial" and "demo" start on
+# different workers, and each worker then takes the single tests. "demo" was in "serial" until its two
+# training tests were cut (--max_eval_examples 30: 165 s and 130 s idle instead of 279 s and 264 s): one
+# chain of every job was then the suite's wall time (about 1,700 s idle, the other worker idle for the last
+# third). Beside the serial chain's jobs they take about twice as long, far inside their timeouts
+# (1,200 s and 900 s); the suite is CPU-bound on 2 cores (docs/benchmarks.md).
+GROUPED_FILES = {"test_quickstart.py": "demo", "test_readme.py": "demo", "test_env.py": "demo"}
+
+
+def xdist_group_of(item):
+    """"serial", "demo" or None (the test goes to whichever worker is free)."""
+    if item.get_closest_marker("multiprocess"):
+        return "serial"
+    return GROUPED_FILES.get(item.path.name)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -44,17 +53,17 @@ def pytest_collection_modifyitems(config, items):
     if len(keep) < len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
-    for item in items:  # with pytest-xdist (test.sh: -n 2 --dist loadgroup), see SERIAL_FILES
-        if item.get_closest_marker("multiprocess") or item.path.name in SERIAL_FILES:
-            item.add_marker(pytest.mark.xdist_group("serial"))
-            _group_in_node_id(config, item, "serial")
+    for item in items:  # with pytest-xdist (test.sh: -n 2 --dist loadgroup), see GROUPED_FILES
+        group = xdist_group_of(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+            _group_in_node_id(config, item, group)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Module fixtures run in the first test's setup: the flag covers them too (mp_utils._require_serial)."""
-    mp_utils.RUNNING_TEST.update(name=item.nodeid, serial=item.get_closest_marker("multiprocess") is not None
-                                 or item.path.name in SERIAL_FILES)
+    mp_utils.RUNNING_TEST.update(name=item.nodeid, serial=xdist_group_of(item) is not None)
 
 
 def _group_in_node_id(config, item, group):
