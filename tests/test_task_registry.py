@@ -131,19 +131,29 @@ def test_a_new_builtin_task_is_one_file_plus_one_registration_line(monkeypatch, 
 
 
 def test_the_product_entry_runs_a_task_by_name(tmp_path):
-    """``python -m clipbert_legacy.tasks NAME --help`` beside ClipBERT's script path: the same parser."""
+    """``python -m clipbert_legacy.tasks NAME --help`` beside ClipBERT's script path: the same parser. The
+    product entry answers ``--help`` and refuses a typo before importing torch (a built-in task's options are
+    the config layer's)."""
     import os
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    runs = {argv[0]: subprocess.run([sys.executable, *argv, "--help"], cwd=tmp_path, env=env,
-                                    capture_output=True, text=True, timeout=120)
-            for argv in (["-m", "clipbert_legacy.tasks", "video_qa"],
-                         [str(REPO / "src" / "tasks" / "run_video_qa.py")])}
-    for p in runs.values():
-        assert p.returncode == 0 and "--ans2label_path" in p.stdout, p.stderr[-2000:]
-    usage = subprocess.run([sys.executable, "-m", "clipbert_legacy.tasks"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=120)
+    probe = ("import sys\nfrom clipbert_legacy.tasks.__main__ import main\ntry:\n"
+             "    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+             "print('rc', rc, 'torch', 'torch' in sys.modules)")
+
+    def run(*argv):
+        return subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
+    help_, typo = run("-c", probe, "video_qa", "--help"), run("-c", probe, "retrieval", "--learnig_rate", "1")
+    script = run(str(REPO / "src" / "tasks" / "run_video_qa.py"), "--help")
+    for p in (help_, script):
+        assert "--ans2label_path" in p.stdout, p.stderr[-2000:]
+    assert script.returncode == 0 and help_.stdout.strip().endswith("rc 0 torch False"), help_.stdout[-500:]
+    assert typo.stdout.strip() == "rc 2 torch False", typo.stdout + typo.stderr[-2000:]
+    assert typo.stderr.strip() == ("config error: command line: unknown option '--learnig_rate'; did you "
+                                   "mean 'learning_rate'?"), typo.stderr
+    usage = run("-m", "clipbert_legacy.tasks")
     assert usage.returncode == 2 and "NAME: retrieval|msrvtt_mc|video_qa|vqa|pretrain" in usage.stderr
 
 

@@ -32,12 +32,13 @@ logger = logging.getLogger(__name__)
 _USER_ERRORS = (UserError, FileNotFoundError, ValueError, KeyError, OSError)
 
 
-def main(task, task_cls=None, argv=None):
+def main(task, task_cls=None, argv=None, cfg=None):
     """Entry point: ``python src/tasks/run_x.py --config c.json [--key value ...]``.
 
     ``main(RetrievalTask)`` runs a task class (it is registered: its spec parses the config);
     ``main("retrieval")`` the class the registry holds under that name; ``main("shared", ToyTask)``
-    a class under another task's options (tests).
+    a class under another task's options (tests). ``cfg``: the command line already parsed for this task
+    (``python -m clipbert_legacy.tasks``), instead of ``argv``.
 
     Trains (engine) unless ``--do_inference 1``; returns the process exit status: 0 ok, 1 a
     user-fixable error (one line ``error: Type: message`` on stderr; CLIPBERT_TRACEBACK=1 shows the
@@ -49,7 +50,8 @@ def main(task, task_cls=None, argv=None):
     else:
         task_name, task_cls = task.name, registry.register(task)
     limit_cpu_threads()
-    cfg = parse_args_or_exit(task_name, argv)
+    if cfg is None:
+        cfg = parse_args_or_exit(task_name, argv)
     setup_logging()
     if batch_scheduling(cfg.cpu_sched_batch):
         logger.info("cpu_sched_batch: SCHED_BATCH for this CPU job (--cpu_sched_batch 0 to keep the default)")

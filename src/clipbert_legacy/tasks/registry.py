@@ -17,10 +17,15 @@ The product's entries ask this registry: ``python -m clipbert_legacy.tasks NAME 
 (``src/clipbert_legacy/tasks/__main__.py``)
 and :func:`clipbert_legacy.tasks.entry.main`, which ClipBERT's script paths call with their class.
 """
+from __future__ import annotations
+
 import importlib
+from typing import TYPE_CHECKING
 
 from clipbert_legacy.config import ConfigError, register_task, task_names
-from clipbert_legacy.training.task import Task
+
+if TYPE_CHECKING:  # the registry itself imports no torch: the entry checks a command line before that
+    from clipbert_legacy.training.task import Task
 
 BUILTIN_TASKS = {
     "retrieval": "clipbert_legacy.tasks.run_video_retrieval:RetrievalTask",
