@@ -1,7 +1,11 @@
-"""ClipBERT's script path ``src/tasks/run_vqa.py``: runs ``clipbert_legacy.tasks.run_vqa`` (the project's
-code lives in ``src/clipbert_legacy/``; this file only keeps ClipBERT's command line working from a
-checkout)."""
-import runpy
+"""ClipBERT's script path ``src/tasks/run_vqa.py``: ``python -m clipbert_legacy.tasks vqa``.
+
+The task class is ``clipbert_legacy.tasks.run_vqa``'s (the project's code lives in
+``src/clipbert_legacy/``; this file only keeps ClipBERT's command line working from a checkout). The
+command line is checked before torch and the model are imported."""
+import sys
+
+from clipbert_legacy.tasks.__main__ import main
 
 if __name__ == "__main__":
-    runpy.run_module("clipbert_legacy.tasks.run_vqa", run_name="__main__", alter_sys=True)
+    sys.exit(main(["vqa", *sys.argv[1:]]))

@@ -1,9 +1,10 @@
 """The entry point of every task: parse, train or infer, and the process's exit status.
 
-``python src/tasks/run_x.py ...`` (ClipBERT's script paths) calls :func:`main` with its task class;
-``python -m clipbert_legacy.tasks NAME ...`` (``src/clipbert_legacy/tasks/__main__.py``) with the name,
-looked up in the registry (``clipbert_legacy.tasks.registry``). Either way the task class is registered, so
-its spec is the one the config is parsed with."""
+``python -m clipbert_legacy.tasks.run_x ...`` calls :func:`main` with its task class;
+``python -m clipbert_legacy.tasks NAME ...`` (``src/clipbert_legacy/tasks/__main__.py``, also ClipBERT's
+script paths ``python src/tasks/run_x.py``) with the name, looked up in the registry
+(``clipbert_legacy.tasks.registry``), and the command line it parsed first. Either way the task class is
+registered, so its spec is the one the config is parsed with."""
 import json
 import logging
 import os

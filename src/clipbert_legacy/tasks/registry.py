@@ -9,13 +9,14 @@ declaring
   ``build_model``), ``evaluate`` (validation metrics) and ``run_inference``.
 
 The built-in tasks are :data:`BUILTIN_TASKS`, one line each: adding a built-in task is its file plus one
-line there. A class is imported when its name is first asked for (an entry point run as a script,
-``python src/tasks/run_x.py``, imports only its own), and looking it up registers its spec with the
+line there. A class is imported when its name is first asked for (an entry imports only its own), and
+looking it up registers its spec with the
 parser (``clipbert_legacy.config.register_task``), so its options, ``model_keys()``/``runtime_keys()`` and the
 config reference follow. :func:`register` adds a task at run time (a plugin, a test): one call.
 The product's entries ask this registry: ``python -m clipbert_legacy.tasks NAME ...``
-(``src/clipbert_legacy/tasks/__main__.py``)
-and :func:`clipbert_legacy.tasks.entry.main`, which ClipBERT's script paths call with their class.
+(``src/clipbert_legacy/tasks/__main__.py``; ClipBERT's script paths ``python src/tasks/run_x.py`` are it)
+and :func:`clipbert_legacy.tasks.entry.main`, which ``python -m clipbert_legacy.tasks.run_x`` calls with its
+class.
 """
 from __future__ import annotations
 
