@@ -77,14 +77,33 @@ def run_python(args, timeout=180, env=None, cwd=None):
 
 
 def _run(cmd, timeout, env, cwd):
+    return run_tree(cmd, timeout, _env(env), cwd or REPO)
+
+
+def run_tree(cmd, timeout, env, cwd):
+    """Run ``cmd`` (its own session) with ``env`` as given; past ``timeout`` s the command and every process
+    below it are killed (launchers start their workers in process groups of their own, which a signal to
+    the session would miss) and the test fails saying what timed out, with the output so far."""
+    import psutil
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=str(cwd), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        return subprocess.run(cmd, cwd=str(cwd or REPO), env=_env(env), capture_output=True,
-                              text=True, timeout=timeout, start_new_session=True)
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        raise AssertionError(f"command timed out after {timeout}s: {' '.join(cmd)}\n"
-                             f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}") from None
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
+        for p in tree:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        out, err = proc.communicate()
+        raise AssertionError(f"command timed out after {timeout}s ({len(tree)} processes killed): "
+                             f"{' '.join(map(str, cmd))}\n--- stdout ---\n{out[-4000:]}\n"
+                             f"--- stderr ---\n{err[-4000:]}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 # A failure test's timing: a worker prints ``at t=<time.time()>`` where it fails, and the test measures from

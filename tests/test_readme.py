@@ -8,10 +8,12 @@ src/clipbert_legacy/config/) shortens training, so the commands themselves are e
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests import mp_utils
 from tests.conftest import requires_horovod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +31,13 @@ def test_readme_has_the_two_commands():
     assert len(marked_blocks(text)) >= 2
 
 
+# Idle: 130 s alone, 200 s beside the serial group's jobs; two CPU-bound processes beside that halve its
+# share of the cores. Its own limit first, then pytest's.
+README_TIMEOUT_S = 1800
+
+
 @requires_horovod
+@pytest.mark.timeout(README_TIMEOUT_S + 120)
 def test_marked_shell_blocks_run_as_written():
     for d in ("output/readme_ret", "output/readme_action"):
         shutil.rmtree(REPO / d, ignore_errors=True)
@@ -37,8 +45,7 @@ def test_marked_shell_blocks_run_as_written():
     env = dict(os.environ, CLIPBERT_OVERRIDES=REDUCED, OMP_NUM_THREADS="1",
                PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     env.pop("PYTHONPATH", None)  # as a user runs them: the installed package, no path settings
-    p = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=900)
+    p = mp_utils.run_tree(["bash", "-c", script], README_TIMEOUT_S, env, REPO)
     assert p.returncode == 0, f"README block failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
     assert list((REPO / "output/readme_ret").glob("results_retrieval_test/step_*/scores.json"))
     assert list((REPO / "output/readme_ret").glob("mc_results_mc_test/step_*/mc_test_scores.json"))
