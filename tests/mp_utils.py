@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PORT_TAKEN = "cannot listen on 127.0.0.1:"  # compat.loopback: the launcher's store port was taken
@@ -80,27 +82,39 @@ def _run(cmd, timeout, env, cwd):
     return run_tree(cmd, timeout, _env(env), cwd or REPO)
 
 
+def process_tree(pid):
+    """``pid``'s process and every process below it, alive now (launchers start their workers in sessions
+    and process groups of their own, so the tree is what counts; [] once ``pid`` has ended)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def kill_tree(pid):
+    """SIGKILL ``pid`` and every process below it; returns how many were alive."""
+    tree = process_tree(pid)
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return len(tree)
+
+
 def run_tree(cmd, timeout, env, cwd):
     """Run ``cmd`` (its own session) with ``env`` as given; past ``timeout`` s the command and every process
-    below it are killed (launchers start their workers in process groups of their own, which a signal to
-    the session would miss) and the test fails saying what timed out, with the output so far."""
-    import psutil
+    below it are killed (:func:`kill_tree`) and the test fails saying what timed out, with the output so
+    far."""
     proc = subprocess.Popen([str(c) for c in cmd], cwd=str(cwd), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            tree = []
-        for p in tree:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        killed = kill_tree(proc.pid)
         out, err = proc.communicate()
-        raise AssertionError(f"command timed out after {timeout}s ({len(tree)} processes killed): "
+        raise AssertionError(f"command timed out after {timeout}s ({killed} processes killed): "
                              f"{' '.join(map(str, cmd))}\n--- stdout ---\n{out[-4000:]}\n"
                              f"--- stderr ---\n{err[-4000:]}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

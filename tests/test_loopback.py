@@ -4,7 +4,6 @@ torch's TCPStore server and horovodrun's rendezvous server take unauthenticated 
 on every interface by default; our scripts launch single-machine jobs through clipbert_legacy.compat.loopback.
 Every TCP listener of the job's processes is read from /proc while it runs (the same table ``ss -ltnp``
 shows) and must be on 127.0.0.0/8 or ::1; the plain launcher, measured the same way, is not."""
-import glob
 import ipaddress
 import os
 import subprocess
@@ -12,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from clipbert_legacy.compat.loopback import is_loopback
@@ -45,22 +45,13 @@ def _listening_inodes():
 
 
 def _descendants(root):
-    """{pid: command} of ``root`` and every process below it (launchers start their workers in new
-    sessions, so the process tree is what counts)."""
-    parent = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
+    """{pid: command} of ``root`` and every process below it (mp_utils.process_tree)."""
+    tree = {}
+    for p in mp_utils.process_tree(root):
         try:
-            text = Path(stat).read_text()
-        except OSError:  # ended meanwhile
+            tree[p.pid] = p.name()
+        except psutil.NoSuchProcess:  # ended meanwhile
             continue
-        comm, fields = text[text.index("(") + 1:text.rindex(")")], text.rsplit(")", 1)[1].split()
-        parent[int(stat.split("/")[2])] = (int(fields[1]), comm)  # fields after the command: state ppid
-    tree, grew = {root: parent.get(root, (0, "?"))[1]}, True
-    while grew:
-        grew = False
-        for pid, (ppid, comm) in parent.items():
-            if ppid in tree and pid not in tree:
-                tree[pid], grew = comm, True
     return tree
 
 

@@ -6,7 +6,6 @@ import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -191,23 +190,6 @@ KILL_OPTS = dict(train_batch_size=2, gradient_accumulation_steps=2, num_train_ep
 KILL_T = 18  # ceil(3 * 48 / (2 ranks * 2 * 2))
 
 
-def _descendants(pid):
-    """Every process below ``pid`` (torchrun starts its workers in their own process groups)."""
-    children = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            fields = open(stat).read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-    out, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
-
-
 @pytest.mark.multiprocess
 def test_kill9_under_zero_stage_2_resumes_to_the_unsharded_weights(tmp_path):
     """amp O2 + zero_stage 2 under torchrun -np 2, the whole job killed by SIGKILL mid-run and rerun:
@@ -224,8 +206,7 @@ def test_kill9_under_zero_stage_2_resumes_to_the_unsharded_weights(tmp_path):
     restore = r / "ckpt" / "restore.pt"
     mp_utils.wait_until(restore.exists, f"the first restore file {restore}", proc=proc)
     time.sleep(0.3)  # a few more steps, so the kill lands between (or during) restore saves
-    for pid in [proc.pid] + _descendants(proc.pid):  # the launcher and both ranks (own process groups)
-        os.kill(pid, signal.SIGKILL)
+    mp_utils.kill_tree(proc.pid)  # the launcher and both ranks (own process groups)
     proc.wait(timeout=10)
     time.sleep(0.5)
     assert not (r / "ckpt" / f"model_step_{KILL_T}.pt").exists(), "killed too late"
