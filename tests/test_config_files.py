@@ -24,9 +24,9 @@ def write(tmp_path, text, name="c.json"):
 
 def one_config_error(argv):
     """The entry point's stderr line and exit status for ``argv`` (the real process: a RecursionError
-    would show as a traceback and exit 1)."""
-    proc = subprocess.run([sys.executable, "-m", "clipbert_legacy.tasks.run_video_retrieval", *argv],
-                          cwd=REPO,
+    would show as a traceback and exit 1). ClipBERT's script path, which reads the config before it imports
+    torch and the model (``python -m clipbert_legacy.tasks.run_x`` imports them first, then reads it)."""
+    proc = subprocess.run([sys.executable, "src/tasks/run_video_retrieval.py", *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     return proc.returncode, proc.stderr.strip().splitlines()
 

@@ -346,7 +346,7 @@ def test_every_safetensors_error_is_one_line(tmp_path):
 def test_huge_integers_in_a_config_are_one_line_exit_2(tmp_path, digits):
     path = tmp_path / "c.json"
     path.write_text('{"learning_rate": ' + "9" * digits + "}")
-    p = run_python(["-m", "clipbert_legacy.tasks.run_video_retrieval", "--config", path], timeout=TIMEOUT_S)
+    p = run_python(["src/tasks/run_video_retrieval.py", "--config", path], timeout=TIMEOUT_S)
     assert p.returncode == 2 and p.stderr.strip() == (
         f"config error: --config {str(path)!r}: an integer of {digits} digits (99999999999999999999... "
         f"({digits} chars)); a config value has at most 30"), p.stderr[-2000:]

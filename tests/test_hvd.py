@@ -10,12 +10,20 @@ from tests import mp_utils
 WORKER = "tests/workers/hvd_train.py"
 
 
-def _single(tmp_path, bpps, steps=5):
-    out = tmp_path / "single"
-    out.mkdir()
-    mp_utils.check(mp_utils.run_python([WORKER, "--out", out, "--bpps", bpps, "--steps", steps],
-                                       env={"DIST_BACKEND": "torch"}))
-    return torch.load(out / "w0.pt")
+@pytest.fixture(scope="module")
+def single_ref(tmp_path_factory):
+    """``single_ref(bpps)``: the weights of the single-process run (5 steps), run once for the module; both
+    launchers' 2-process runs are checked against it."""
+    done = {}
+
+    def get(bpps):
+        if bpps not in done:
+            out = tmp_path_factory.mktemp(f"single{bpps}")
+            mp_utils.check(mp_utils.run_python([WORKER, "--out", out, "--bpps", bpps, "--steps", 5],
+                                               env={"DIST_BACKEND": "torch"}))
+            done[bpps] = torch.load(out / "w0.pt")
+        return done[bpps]
+    return get
 
 
 def _assert_ranks_match_single(out, ref):
@@ -59,13 +67,13 @@ def train_job(tmp_path_factory):
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("launcher", ["horovod", "torch"])
 @pytest.mark.parametrize("bpps", [1, 2])
-def test_two_processes_match_single_process(tmp_path, train_job, launcher, bpps):
+def test_two_processes_match_single_process(train_job, single_ref, launcher, bpps):
     """horovodrun -np 2 (real Horovod) and torchrun (torch backend): same weights as 1 process. Then rank 1
     sends its gradients 2 s late: rank 0's wait in ``synchronize()`` sleeps (hvd.horovod_wait) instead of
     spinning a core; with ``CLIPBERT_HVD_WAIT=spin`` (bpps 2) Horovod's own wait, which spins, and the same
     weights."""
     out, p = train_job(launcher, bpps)
-    ref = _single(tmp_path, bpps)
+    ref = single_ref(bpps)
     assert f'"backend": "{launcher}"' in p.stdout and '"size": 2' in p.stdout
     _assert_ranks_match_single(out, ref)
     probe = json.loads((out / "wait0.json").read_text())
