@@ -18,7 +18,7 @@ from tests.conftest import requires_horovod
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-REDUCED = "--num_train_epochs 1 --data_ratio 0.05 --max_eval_examples 30 --log_interval 5"
+REDUCED = "--num_train_epochs 1 --data_ratio 0.02 --max_eval_examples 16 --log_interval 5"
 
 
 def marked_blocks(text):
