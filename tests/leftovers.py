@@ -1,14 +1,22 @@
-"""pytest plugin (tests/conftest.py loads its hooks): no process started during a test run outlives it.
+"""pytest plugin (tests/conftest.py loads its hooks): no process started during a test run outlives it,
+and nothing the run's processes put in the temporary directory stays behind.
 
 At start-up the run marks its environment (``CLIPBERT_TEST_RUN=<id>``; pytest-xdist's workers inherit the
 controller's mark), so every process started under it carries the mark, also one that a launcher
 started and that was re-parented when the launcher died. At the end of the run (in the controller,
 after pytest-xdist ended its workers) any marked process still alive ``GRACE_S`` later is listed, killed,
 and fails the run (exit status 1).
+
+The run also makes a folder of its own in the temporary directory (``CLIPBERT_TEST_TMP``), which
+``tests/mp_utils`` gives the processes it starts as ``TMPDIR``: what they leave there (torchrun's
+``torchelastic_*`` folders, one per job and never removed by torch) goes with the folder at the end of the
+run. pytest's own ``tmp_path`` folders are not in it (pytest keeps the last runs' for a look after a failure).
 """
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 
@@ -16,12 +24,14 @@ import psutil
 import pytest
 
 MARK = "CLIPBERT_TEST_RUN"
+TMP_MARK = "CLIPBERT_TEST_TMP"
 GRACE_S = 15.0  # what a process a test just ended (SIGTERM, then its launcher's clean-up) may still need
 
 
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller (or the only process): a mark of its own
         os.environ[MARK] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        os.environ[TMP_MARK] = tempfile.mkdtemp(prefix="clipbert-test-run-")
 
 
 def survivors(mark: str, grace_s: float = GRACE_S) -> list[psutil.Process]:
@@ -65,19 +75,25 @@ def describe(proc: psutil.Process) -> str:
         return f"pid {proc.pid} (gone meanwhile)"
 
 
+def _kill(procs):
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own pytest_sessionfinish ended its workers
 def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput") or MARK not in os.environ:
         return
     left = survivors(os.environ[MARK])
+    lines = [describe(p) for p in left]
+    _kill(left)
+    if TMP_MARK in os.environ:  # every process of the run has ended (or was just killed): nobody writes there
+        shutil.rmtree(os.environ[TMP_MARK], ignore_errors=True)
     if not left:
         return
-    lines = [describe(p) for p in left]
-    for proc in left:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     text = (f"{len(left)} process(es) started during this test run outlived it (now killed); the tests that "
             "start them must end them:\n  " + "\n  ".join(lines))

@@ -37,6 +37,8 @@ def _env(extra=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("OMP_NUM_THREADS", "1")
+    if os.environ.get("CLIPBERT_TEST_TMP"):  # the run's own folder (tests/leftovers.py), removed at its end
+        env["TMPDIR"] = os.environ["CLIPBERT_TEST_TMP"]
     env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
     env.update(extra or {})
     return env

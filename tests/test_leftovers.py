@@ -2,6 +2,7 @@
 also under pytest-xdist; a run that cleans up passes."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,13 @@ def test_cleans_up():
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(90)"])
     p.kill()
     p.wait()
+
+def test_leaves_a_folder_in_the_temporary_directory():
+    from tests import mp_utils
+    made = "import tempfile; print(tempfile.mkdtemp(prefix='torchelastic_'))"  # as torchrun's agent does
+    p = subprocess.run([sys.executable, "-c", made], env=mp_utils._env(), capture_output=True, text=True)
+    with open("made.txt", "w") as f:
+        f.write(p.stdout.strip())
 '''
 
 
@@ -36,7 +44,7 @@ def test_a_process_left_behind_fails_the_run_and_is_named(tmp_path, workers):
     p = _pytest(tmp_path, workers, leak=True)
     text = p.stdout + p.stderr
     assert p.returncode == 1, text[-3000:]
-    assert "2 passed" in text, text[-3000:]
+    assert "3 passed" in text, text[-3000:]
     assert "1 process(es) started during this test run outlived it" in text, text[-3000:]
     assert "time.sleep(90)  # the leaked one" in text, text[-3000:]
 
@@ -44,3 +52,7 @@ def test_a_process_left_behind_fails_the_run_and_is_named(tmp_path, workers):
 def test_a_run_that_cleans_up_passes(tmp_path):
     p = _pytest(tmp_path, 0, leak=False)
     assert p.returncode == 0 and "outlived" not in p.stdout, (p.stdout + p.stderr)[-3000:]
+    # a folder a started process made in its temporary directory was in the run's own, gone with it
+    made = Path((tmp_path / "made.txt").read_text())
+    assert made.name.startswith("torchelastic_") and made.parent.name.startswith("clipbert-test-run-"), made
+    assert made.parent.parent.is_dir() and not made.parent.exists(), made
