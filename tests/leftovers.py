@@ -23,6 +23,8 @@ import uuid
 import psutil
 import pytest
 
+from tests.mp_utils import kill_all
+
 MARK = "CLIPBERT_TEST_RUN"
 TMP_MARK = "CLIPBERT_TEST_TMP"
 GRACE_S = 15.0  # what a process a test just ended (SIGTERM, then its launcher's clean-up) may still need
@@ -75,21 +77,13 @@ def describe(proc: psutil.Process) -> str:
         return f"pid {proc.pid} (gone meanwhile)"
 
 
-def _kill(procs):
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-
-
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own pytest_sessionfinish ended its workers
 def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput") or MARK not in os.environ:
         return
     left = survivors(os.environ[MARK])
     lines = [describe(p) for p in left]
-    _kill(left)
+    kill_all(left)
     if TMP_MARK in os.environ:  # every process of the run has ended (or was just killed): nobody writes there
         shutil.rmtree(os.environ[TMP_MARK], ignore_errors=True)
     if not left:

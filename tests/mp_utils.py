@@ -94,14 +94,19 @@ def process_tree(pid):
         return []
 
 
+def kill_all(procs):
+    """SIGKILL each of ``procs`` (psutil processes) that is still there."""
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
 def kill_tree(pid):
     """SIGKILL ``pid`` and every process below it; returns how many were alive."""
     tree = process_tree(pid)
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+    kill_all(tree)
     return len(tree)
 
 
