@@ -42,9 +42,18 @@ stamp_file="$VENV_DIR/.clipbert_env_stamp"
 want_stamp="$(cat "$REPO/requirements.txt" "$REPO/pyproject.toml" "$REPO/run_scripts/setup_env.sh" "$REPO/run_scripts/install_horovod.sh" $([ "${SKIP_LEGACY_REQUIREMENTS:-0}" != "1" ] && echo "$REPO/requirements-legacy.txt") | sha256sum | cut -c1-16)-$TORCH_SPEC-${SKIP_HOROVOD:-0}"
 # the editable install must point at this checkout (a venv copied from another clone would not)
 project_here() { [ "${SKIP_PROJECT_INSTALL:-0}" = "1" ] || (cd / && "$VPY" -c "import os, sys, clipbert_legacy; sys.exit(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(clipbert_legacy.__file__)))) != os.path.abspath(sys.argv[1]))" "$REPO") 2>/dev/null; }
+# Bytecode caches of the project's own sources (pip compiles the packages it installs, not an editable
+# project): where PYTHONDONTWRITEBYTECODE is set (CI images, this project's sandboxes) Python never writes
+# them, and every process would compile ~27k lines again (~0.35 CPU-s a training process; the test suite
+# starts ~650). Stale caches are never used (Python checks the source's mtime); -q: only errors print.
+precompile() {
+  "$VPY" -m compileall -q -j 0 "$REPO/src" "$REPO/tests" "$REPO/run_scripts" "$REPO/tools" "$REPO/benchmarks" >/dev/null \
+    || log "warning: could not write bytecode caches under $REPO (read-only checkout?); processes compile at start"
+}
 if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ] && project_here \
    && "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX" 2>/dev/null; then
   if [ "${SKIP_HOROVOD:-0}" = "1" ] || "$VPY" -c "import horovod.torch" 2>/dev/null; then
+    precompile
     log "environment up to date ($VENV_DIR)"
     exit 0
   fi
@@ -93,5 +102,6 @@ project_here || { echo "[setup_env] ERROR: 'pip install -e $REPO' did not make t
 if [ "${SKIP_HOROVOD:-0}" != "1" ]; then
   VENV_DIR="$VENV_DIR" "$REPO/run_scripts/install_horovod.sh"
 fi
+precompile
 echo "$want_stamp" > "$stamp_file"
 log "done: $("$VPY" -c 'import torch; print("torch", torch.__version__)')"
