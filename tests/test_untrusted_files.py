@@ -1,6 +1,10 @@
 """Issue 38, items 1-4, through the real entry points: a file planted where the project loads one carries a
-payload whose ``__reduce__`` would create a marker file; the task script stops with one ``error:`` line
-naming the file, exit 1, and the marker never appears."""
+payload whose ``__reduce__`` would create a marker file; the task stops with one ``error:`` line naming the
+file, exit 1, and the marker never appears.
+
+The task's command line runs in this process (``python -m clipbert_legacy.tasks``'s ``main``, what
+``src/tasks/run_video_retrieval.py`` calls), where a payload that ran would leave its marker just the same;
+the environment-variable case runs the script in a process of its own, as a user's shell would."""
 import json
 import pickle
 import shutil
@@ -9,6 +13,7 @@ import pytest
 import torch
 
 from clipbert_legacy.config import parse_args
+from clipbert_legacy.tasks.__main__ import main as task_main
 from clipbert_legacy.tasks.run_video_retrieval import RetrievalTask
 from clipbert_legacy.training.engine import Trainer
 from tests.mp_utils import REPO, run_python
@@ -49,14 +54,28 @@ def _copy_of_trained(run, tmp_path):
     return out
 
 
-def _task(run, *args, env=None):
-    return run_python([SCRIPT, "--config", run["cfg"], *args], timeout=180, env=env)
+class Ended:
+    """A finished command: its exit status and what it wrote to stderr."""
+
+    def __init__(self, returncode, stderr):
+        self.returncode, self.stderr = returncode, stderr
 
 
-def _inference(run, out, env=None):
-    return _task(run, "--do_inference", "1", "--output_dir", out, "--inference_txt_db",
-                 run["data"] / "txt/retrieval_val.jsonl", "--inference_img_db", run["data"] / "vis_db",
-                 env=env)
+def _task(run, capsys, *args):
+    """The retrieval task's command line, run by ``python -m clipbert_legacy.tasks``'s ``main`` here."""
+    capsys.readouterr()
+    rc = task_main(["retrieval", "--config", str(run["cfg"]), *map(str, args)])
+    return Ended(rc, capsys.readouterr().err)
+
+
+def _inference_args(run, out):
+    return ["--do_inference", "1", "--output_dir", out, "--inference_txt_db",
+            run["data"] / "txt/retrieval_val.jsonl", "--inference_img_db", run["data"] / "vis_db"]
+
+
+def _script_inference(run, out, env):
+    """The inference command as a user runs it: ``python src/tasks/run_video_retrieval.py ...``."""
+    return run_python([SCRIPT, "--config", run["cfg"], *_inference_args(run, out)], timeout=180, env=env)
 
 
 def _assert_refused(proc, path, marker):
@@ -69,7 +88,7 @@ def _assert_refused(proc, path, marker):
 
 
 @pytest.mark.parametrize("name", ["restore.pt", "restore_backup.pt"])
-def test_a_planted_restore_file_is_refused(run, tmp_path, name):
+def test_a_planted_restore_file_is_refused(run, tmp_path, name, capsys):
     """Item 1: rerunning the same training command loads the run's restore file."""
     out, marker = _copy_of_trained(run, tmp_path), tmp_path / "marker"
     ckpt = out / "ckpt"
@@ -77,25 +96,26 @@ def test_a_planted_restore_file_is_refused(run, tmp_path, name):
     (ckpt / "restore.pt").unlink()
     (ckpt / "restore_backup.pt").unlink(missing_ok=True)
     torch.save({"global_step": 2, "rng": Payload(marker)}, ckpt / name)
-    _assert_refused(_task(run, "--output_dir", out), ckpt / name, marker)
+    _assert_refused(_task(run, capsys, "--output_dir", out), ckpt / name, marker)
 
 
 @pytest.mark.parametrize("option", ["cnn_weights_path", "detectron2_weights_path", "e2e_weights_path",
                                     "bert_weights_path"])
-def test_a_planted_pkl_weights_file_is_refused(run, tmp_path, option):
+def test_a_planted_pkl_weights_file_is_refused(run, tmp_path, option, capsys):
     """Item 2: each *_weights_path of a fresh training run."""
     weights, marker = tmp_path / "weights.pkl", tmp_path / "marker"
     weights.write_bytes(pickle.dumps({"model": {"w": Payload(marker)}, "__author__": "x"}))
-    _assert_refused(_task(run, "--output_dir", tmp_path / "out", f"--{option}", weights), weights, marker)
+    proc = _task(run, capsys, "--output_dir", tmp_path / "out", f"--{option}", weights)
+    _assert_refused(proc, weights, marker)
 
 
-def test_a_model_config_edit_in_the_run_dir_is_refused(run, tmp_path):
+def test_a_model_config_edit_in_the_run_dir_is_refused(run, tmp_path, capsys):
     """Item 3: inference takes the model config from the run's log/model_config.json."""
     out, marker, weights = _copy_of_trained(run, tmp_path), tmp_path / "marker", tmp_path / "x.pkl"
     weights.write_bytes(pickle.dumps({"model": {"w": Payload(marker)}}))
     mc = out / "log" / "model_config.json"
     mc.write_text(json.dumps({**json.loads(mc.read_text()), "bert_weights_path": str(weights)}))
-    _assert_refused(_inference(run, out), weights, marker)
+    _assert_refused(_task(run, capsys, *_inference_args(run, out)), weights, marker)
     assert not list(out.glob("results_*"))
 
 
@@ -103,7 +123,7 @@ def test_a_planted_model_step_file_is_refused_with_torch_forced_unsafe(run, tmp_
     """Item 4: ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` in the environment does not make the load unsafe."""
     out, marker = _copy_of_trained(run, tmp_path), tmp_path / "marker"
     step = out / "ckpt" / "model_step_2.pt"
-    genuine = _inference(run, out, env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
+    genuine = _script_inference(run, out, env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
     assert genuine.returncode == 0, genuine.stderr[-3000:]
     torch.save({**torch.load(step, weights_only=True), "extra": Payload(marker)}, step)
-    _assert_refused(_inference(run, out, env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}), step, marker)
+    _assert_refused(_script_inference(run, out, env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}), step, marker)
