@@ -35,7 +35,7 @@ def _pytest(tmp_path, workers, leak):
     cmd = [sys.executable, "-m", "pytest", "-p", "tests.leftovers", "-p", "no:cacheprovider", "-q",
            "-n", str(workers), "--rootdir", str(tmp_path), str(test)]
     # start-up of pytest (and of 2 xdist workers), the check's grace period: well under a minute idle
-    env = mp_utils._env({"CLIPBERT_TEST_RUN": "", "CLIPBERT_TEST_GRACE_S": "2"})  # the leak sleeps 90 s
+    env = mp_utils._env({"CLIPBERT_TEST_RUN": "", "CLIPBERT_TEST_GRACE_S": "5"})  # the leak sleeps 90 s
     return subprocess.run(cmd, cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
 
