@@ -48,7 +48,7 @@ project_here() { [ "${SKIP_PROJECT_INSTALL:-0}" = "1" ] || (cd / && "$VPY" -c "i
 # starts ~650). Stale caches are never used (Python checks the source's mtime); -q: only errors print.
 precompile() {
   "$VPY" -m compileall -q -j 0 "$REPO/src" "$REPO/tests" "$REPO/run_scripts" "$REPO/tools" "$REPO/benchmarks" >/dev/null \
-    || log "warning: could not write bytecode caches under $REPO (read-only checkout?); processes compile at start"
+    || log "warning: compileall could not cache every file under $REPO (a read-only checkout, or a file that does not compile: python -m compileall $REPO/src shows which); processes compile what is missing at start"
 }
 if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want_stamp" ] && project_here \
    && "$VPY" -c "import torch, lmdb, av, transformers, tensorboardX" 2>/dev/null; then
