@@ -8,6 +8,7 @@ the environment-variable case runs the script in a process of its own, as a user
 import json
 import pickle
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -54,18 +55,11 @@ def _copy_of_trained(run, tmp_path):
     return out
 
 
-class Ended:
-    """A finished command: its exit status and what it wrote to stderr."""
-
-    def __init__(self, returncode, stderr):
-        self.returncode, self.stderr = returncode, stderr
-
-
 def _task(run, capsys, *args):
     """The retrieval task's command line, run by ``python -m clipbert_legacy.tasks``'s ``main`` here."""
     capsys.readouterr()
     rc = task_main(["retrieval", "--config", str(run["cfg"]), *map(str, args)])
-    return Ended(rc, capsys.readouterr().err)
+    return subprocess.CompletedProcess("retrieval", rc, stderr=capsys.readouterr().err)
 
 
 def _inference_args(run, out):
